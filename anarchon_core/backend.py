@@ -1,0 +1,271 @@
+"""The backend contract: what a store must guarantee for the scheduler to be correct.
+
+A backend stores two things. The *run* of ``(job, slot)``: the single record every
+instance contends for, holding the current attempt, its token, its lease expiry and
+its state. The *history*: one record per attempt, keyed ``(job, slot, attempt)``
+(attempt 0 for slots that ran nothing). Every operation below is one atomic
+decision of the store; "now" always means the store's clock where it has one.
+
+Two capability levels exist (:class:`Capabilities`). *Lease* backends implement
+every method. *Claim-only* backends implement :meth:`Backend.claim` and
+:meth:`Backend.history` (and :meth:`Backend.finish` where they can record an
+outcome); the base class answers the lease operations with
+:class:`~anarchon_core.errors.CapabilityError`.
+
+A new backend is one module implementing this class plus its scheme in
+:mod:`anarchon_core.backends`; the conformance suite in ``tests/backends`` proves it.
+Backends convert driver errors to :class:`~anarchon_core.errors.BackendUnavailable`
+(retryable) or :class:`~anarchon_core.errors.BackendError` at their boundary.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import CapabilityError
+from .records import HistoryQuery, Origin, Outcome, RunRecord, Status
+
+__all__ = [
+    "LEASE_BACKENDS",
+    "SCHEMA_VERSION",
+    "Backend",
+    "Capabilities",
+    "Claim",
+    "ClaimRequest",
+    "DueRun",
+    "Lease",
+    "TakeoverRequest",
+]
+
+#: The layout version every store records; a store holding a newer one is refused.
+SCHEMA_VERSION = 1
+
+#: Named in the error a claim-only backend gives for a lease-only feature.
+LEASE_BACKENDS = "sqlite://, postgresql://, redis://?strategy=lease, django://"
+
+#: Largest ``error`` text kept in history, in characters.
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can promise (SPEC §4, §5)."""
+
+    lease: bool
+    """Leases, heartbeats, takeover, fencing, overlap, catch-up and hand-over."""
+    store_clock: bool
+    """Expiry and the claim horizon are judged by the store's own clock."""
+    finish: bool
+    """The outcome of a run (success/failed) can be written after the claim."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Ask to run ``(job, slot)``.
+
+    ``job`` is the name as stored (namespace applied). The claim is accepted only
+    while ``slot >= now - horizon_ms`` and ``slot <= now + 1000`` (early claims are
+    answered :attr:`Outcome.EARLY`).
+    """
+
+    job: str
+    slot: int
+    origin: Origin
+    token: str
+    instance_id: str
+    lease_ms: int
+    horizon_ms: int
+    skip_overlap: bool
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TakeoverRequest:
+    """Ask to run attempt ``attempt + 1`` of a run whose attempt ``attempt`` is over.
+
+    Succeeds only if the run is still at ``attempt`` (compare-and-set) and either its
+    lease expired by the store's clock or its retry became due.
+    """
+
+    job: str
+    slot: int
+    attempt: int
+    token: str
+    instance_id: str
+    lease_ms: int
+    horizon_ms: int
+    max_attempts: int
+    skip_overlap: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The store's verdict. ``attempt`` is set when ``outcome`` is ``WON``."""
+
+    outcome: Outcome
+    attempt: int = 0
+    store_now: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What a runner holds: the attempt it runs and the token that proves it."""
+
+    job: str
+    slot: int
+    attempt: int
+    token: str
+
+    @property
+    def fence(self) -> int:
+        """Grows across a job's runs and attempts: guards side effects in the user's store."""
+        return self.slot * 1024 + self.attempt
+
+
+@dataclass(frozen=True, slots=True)
+class DueRun:
+    """A run some instance must continue: its lease expired, or its retry is due."""
+
+    job: str
+    slot: int
+    attempt: int
+    origin: Origin
+    reason: Literal["expired", "retry"]
+
+
+class Backend(ABC):
+    """One store. Instances are used from one event loop; methods are coroutines."""
+
+    capabilities: Capabilities
+    name: str = "backend"
+
+    # -- life cycle --------------------------------------------------------------
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Connect and create the layout idempotently (concurrent first starts are safe).
+
+        :raises SchemaVersionError: the store was written by a newer anarchon.
+        :raises BackendUnavailable: the store cannot be reached.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. Idempotent."""
+
+    def describe(self) -> str:
+        """The store's URL or path for logs and banners, credentials masked."""
+        return self.name
+
+    @abstractmethod
+    async def now_ms(self) -> int:
+        """The store's clock in epoch ms (the local clock where the store has none)."""
+
+    # -- the claim ---------------------------------------------------------------
+    @abstractmethod
+    async def claim(self, request: ClaimRequest) -> Claim:
+        """Atomically decide who runs ``(job, slot)``, in one store round trip.
+
+        The first claim of a run wins: it records the run (attempt 1, the token, a lease
+        of ``lease_ms`` on lease backends) and a ``running`` (claim-only: ``claimed``)
+        history record. Every later claim of the same run gets ``TAKEN`` and writes
+        nothing. Before recording a win the store checks, inside the same decision:
+        the horizon (``EXPIRED``, nothing written), early claims (``EARLY``), a paused
+        job (records ``paused``, attempt 0, returns ``PAUSED``) and, when
+        ``skip_overlap``, another live run of the job: one whose lease has not expired
+        (records ``skipped``, attempt 0, returns ``SKIPPED``). Either record also makes
+        later claims of the run ``TAKEN``.
+
+        A claim repeated with the same token (after an ambiguous failure) returns
+        ``WON`` again if that token holds the run.
+        """
+
+    # -- lease operations (lease backends) -----------------------------------------
+    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
+        """Extend each lease to ``now + lease_ms``, in one batched store call.
+
+        Returns one verdict per lease: ``False`` when the token no longer holds the run
+        (taken over, cancelled, finished or released): the runner is fenced and must
+        stop. A stale token never changes anything.
+        """
+        raise self._no_lease("heartbeats")
+
+    async def finish(
+        self,
+        lease: Lease,
+        status: Status,
+        *,
+        error: str | None = None,
+        meta: dict[str, Any] | None = None,
+        retry_in_ms: int | None = None,
+    ) -> bool:
+        """Record the attempt's outcome, only if ``lease.token`` still holds the run.
+
+        ``status`` is ``success`` or ``failed``. With ``retry_in_ms`` (failed only) the
+        run stays open: any instance may take attempt + 1 once ``now >= retry time``
+        (see :meth:`due_runs`). Returns ``False`` (and changes nothing) for a stale
+        token; repeating a finish with the same token and status returns ``True``.
+        """
+        raise self._no_lease("finish")
+
+    async def release(self, lease: Lease) -> bool:
+        """Hand the run over: end this attempt as ``interrupted`` and expire the lease now.
+
+        The token stops holding the run, so anything the released runner sends later is
+        rejected, and a backup takes attempt + 1 without waiting for expiry. Fenced by
+        token: a stale token changes nothing and gets ``False``.
+        """
+        raise self._no_lease("hand-over")
+
+    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
+        """Runs of ``jobs`` whose lease expired or whose retry is due, in one store call.
+
+        Judged by the store's clock. Called by every instance once per heartbeat period,
+        so runs are continued even after every original loser restarted.
+        """
+        raise self._no_lease("takeover")
+
+    async def take_over(self, request: TakeoverRequest) -> Claim:
+        """Compare-and-set the run from ``request.attempt`` to ``request.attempt + 1``.
+
+        ``WON`` with the new attempt (the previous attempt's record, if still
+        ``running``, becomes ``interrupted``); ``TAKEN`` if the attempt moved on or the
+        lease is live again; ``EXHAUSTED`` if ``request.attempt >= max_attempts`` (the
+        run ends ``interrupted``); ``EXPIRED`` if past the horizon (likewise ended);
+        ``BLOCKED`` if ``skip_overlap`` and another run of the job is live.
+        """
+        raise self._no_lease("takeover")
+
+    async def last_scheduled_slot(self, job: str) -> int | None:
+        """The latest slot of ``job`` recorded by a scheduled or catch-up run (any status).
+
+        Manual runs do not count. ``None`` when the job has no record (first deploy).
+        """
+        raise self._no_lease("catch-up")
+
+    # -- history -----------------------------------------------------------------
+    @abstractmethod
+    async def history(self, query: HistoryQuery) -> list[RunRecord]:
+        """History records matching ``query``, ordered by slot desc, job, attempt desc."""
+
+    async def prune(self, older_than_ms: int) -> int:
+        """Delete terminal records of slots older than ``older_than_ms`` (epoch ms).
+
+        Never deletes a job's latest record nor any non-terminal record. Returns the
+        number of history records deleted.
+        """
+        return 0
+
+    # -- helpers -----------------------------------------------------------------
+    def _no_lease(self, feature: str) -> CapabilityError:
+        return CapabilityError(
+            f"{self.name} is a claim-only backend and has no {feature}; "
+            f"use a lease backend ({LEASE_BACKENDS}) for it"
+        )
+
+
+def bound_error(text: str | None) -> str | None:
+    """History keeps at most :data:`MAX_ERROR_CHARS` characters of an error."""
+    if text is None or len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[: MAX_ERROR_CHARS - 1] + "…"

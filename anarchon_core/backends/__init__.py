@@ -1,0 +1,85 @@
+"""Backends and the one factory that builds any of them from a URL.
+
+Built-in schemes map to modules of this package, imported only when used so that
+their drivers stay optional. Other packages (the Django adapter's ``django://``)
+register a scheme in the ``anarchon.backends`` entry-point group with a callable
+taking the URL; the core never imports an adapter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import cast
+from urllib.parse import urlsplit, urlunsplit
+
+from ..backend import Backend
+from ..errors import ConfigurationError
+from .memory import MemoryBackend
+
+__all__ = ["DEFAULT_URL", "MemoryBackend", "backend_from_url", "mask_url"]
+
+#: The embedded default: a SQLite file in the working directory.
+DEFAULT_URL = "sqlite:///anarchon.sqlite3"
+
+_BUILTIN: dict[str, str] = {
+    "memory": "anarchon_core.backends.memory:MemoryBackend.from_url",
+    "sqlite": "anarchon_core.backends.sqlite:SqliteBackend.from_url",
+}
+
+ENTRY_POINT_GROUP = "anarchon.backends"
+
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://")
+
+
+def backend_from_url(url: str) -> Backend:
+    """Build the backend a URL names, e.g. ``sqlite:///anarchon.sqlite3``.
+
+    :raises ConfigurationError: the URL is malformed or its scheme is unknown.
+    """
+    if not isinstance(url, str):
+        raise ConfigurationError(
+            f"backend {url!r} is not valid: give a Backend or a URL string such as "
+            f"'sqlite:///anarchon.sqlite3'"
+        )
+    match = _SCHEME.match(url)
+    if match is None:
+        raise ConfigurationError(
+            f"backend URL {mask_url(url)!r} is not valid: expected SCHEME://..., such as "
+            f"'sqlite:///anarchon.sqlite3' or 'memory://'"
+        )
+    scheme = match.group(1)
+    return _factory(scheme)(url)
+
+
+def _factory(scheme: str) -> Callable[[str], Backend]:
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == scheme:
+            return cast(Callable[[str], Backend], ep.load())
+    target = _BUILTIN.get(scheme)
+    if target is None:
+        known = sorted({*_BUILTIN, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+        raise ConfigurationError(
+            f"backend scheme {scheme!r} is unknown: use one of "
+            + ", ".join(f"{s}://" for s in known)
+        )
+    module_name, _, attr = target.partition(":")
+    obj: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return cast(Callable[[str], Backend], obj)
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, for logs, banners and pages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))

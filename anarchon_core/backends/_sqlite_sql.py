@@ -1,0 +1,172 @@
+"""The SQL of :mod:`anarchon_core.backends.sqlite`: its layout and its statements.
+
+Kept apart so that the backend module reads as the decisions it takes. Every value
+is bound as a parameter; the only text spliced into statements is the constant list
+of terminal statuses below and a count of ``?`` placeholders.
+"""
+
+from __future__ import annotations
+
+from ..records import TERMINAL_STATUSES
+
+#: ``runs.state`` of a failed run whose retry is pending (not a history status).
+WAITING = "waiting"
+
+_TERMINAL = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+
+META_TABLE = """
+CREATE TABLE IF NOT EXISTS anarchon_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+)
+"""
+
+# The run of (job, slot): the row every instance contends for. ``state`` is
+# 'running', 'waiting' or the terminal status the run ended with.
+SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS anarchon_runs (
+        job           TEXT    NOT NULL,
+        slot          INTEGER NOT NULL,
+        origin        TEXT    NOT NULL,
+        state         TEXT    NOT NULL,
+        attempt       INTEGER NOT NULL,
+        token         TEXT,
+        lease_expires INTEGER NOT NULL DEFAULT 0,
+        retry_at      INTEGER NOT NULL DEFAULT 0,
+        fingerprint   TEXT    NOT NULL DEFAULT '',
+        PRIMARY KEY (job, slot)
+    )
+    """,
+    # The live-run check (job, 'running', lease_expires > now) and due_runs
+    # (job IN ..., state IN ('running', 'waiting')) are range scans of this index.
+    """
+    CREATE INDEX IF NOT EXISTS anarchon_runs_state
+        ON anarchon_runs (job, state, lease_expires)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS anarchon_attempts (
+        job         TEXT    NOT NULL,
+        slot        INTEGER NOT NULL,
+        attempt     INTEGER NOT NULL,
+        origin      TEXT    NOT NULL,
+        status      TEXT    NOT NULL,
+        instance_id TEXT,
+        claimed_at  INTEGER,
+        started_at  INTEGER,
+        finished_at INTEGER,
+        error       TEXT,
+        meta        TEXT    NOT NULL DEFAULT '{}',
+        PRIMARY KEY (job, slot, attempt)
+    )
+    """,
+    # History across jobs, newest first; per job the primary key serves the order.
+    """
+    CREATE INDEX IF NOT EXISTS anarchon_attempts_slot
+        ON anarchon_attempts (slot DESC, job, attempt DESC)
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS anarchon_attempts_status
+        ON anarchon_attempts (status, slot DESC)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS anarchon_jobs (
+        job    TEXT PRIMARY KEY,
+        paused INTEGER NOT NULL DEFAULT 0
+    )
+    """,
+)
+
+GET_VERSION = "SELECT value FROM anarchon_meta WHERE key = 'schema_version'"
+SET_VERSION = "INSERT INTO anarchon_meta (key, value) VALUES ('schema_version', ?)"
+
+GET_RUN = """
+SELECT origin, state, attempt, token, lease_expires, retry_at
+FROM anarchon_runs WHERE job = ? AND slot = ?
+"""
+INSERT_RUN = """
+INSERT INTO anarchon_runs
+    (job, slot, origin, state, attempt, token, lease_expires, retry_at, fingerprint)
+VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)
+"""
+LIVE_RUN = """
+SELECT 1 FROM anarchon_runs
+WHERE job = ? AND state = 'running' AND lease_expires > ? AND slot != ?
+LIMIT 1
+"""
+IS_PAUSED = "SELECT 1 FROM anarchon_jobs WHERE job = ? AND paused != 0"
+SET_PAUSED = """
+INSERT INTO anarchon_jobs (job, paused) VALUES (?, ?)
+ON CONFLICT (job) DO UPDATE SET paused = excluded.paused
+"""
+
+# Every lease operation matches the run by its current attempt *and* token: fencing.
+HELD_STATE = """
+SELECT state FROM anarchon_runs WHERE job = ? AND slot = ? AND attempt = ? AND token = ?
+"""
+HEARTBEAT = """
+UPDATE anarchon_runs SET lease_expires = ?
+WHERE job = ? AND slot = ? AND attempt = ? AND token = ? AND state = 'running'
+"""
+FINISH_RUN = """
+UPDATE anarchon_runs SET state = ?, lease_expires = 0, retry_at = coalesce(?, retry_at)
+WHERE job = ? AND slot = ?
+"""
+RELEASE_RUN = """
+UPDATE anarchon_runs SET lease_expires = ?, token = NULL WHERE job = ? AND slot = ?
+"""
+TAKE_OVER_RUN = """
+UPDATE anarchon_runs SET state = 'running', attempt = ?, token = ?, lease_expires = ?
+WHERE job = ? AND slot = ?
+"""
+END_RUN = "UPDATE anarchon_runs SET state = ?, token = NULL WHERE job = ? AND slot = ?"
+
+INSERT_ATTEMPT = """
+INSERT OR REPLACE INTO anarchon_attempts
+    (job, slot, attempt, origin, status, instance_id, claimed_at, started_at, finished_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+ATTEMPT_STATUS = "SELECT status FROM anarchon_attempts WHERE job = ? AND slot = ? AND attempt = ?"
+FINISH_ATTEMPT = """
+UPDATE anarchon_attempts SET status = ?, finished_at = ?, error = ?, meta = ?
+WHERE job = ? AND slot = ? AND attempt = ?
+"""
+# Ends an attempt as interrupted; ``only_running`` keeps a finished outcome intact.
+INTERRUPT_ATTEMPT = """
+UPDATE anarchon_attempts SET status = 'interrupted', finished_at = ?, error = ?
+WHERE job = ? AND slot = ? AND attempt = ? AND (? = 0 OR status = 'running')
+"""
+
+LAST_SCHEDULED_SLOT = """
+SELECT slot FROM anarchon_runs WHERE job = ? AND origin != 'manual'
+ORDER BY slot DESC LIMIT 1
+"""
+
+HISTORY_COLUMNS = """
+SELECT job, slot, attempt, origin, status, instance_id,
+       claimed_at, started_at, finished_at, error, meta
+FROM anarchon_attempts
+"""
+HISTORY_ORDER = " ORDER BY slot DESC, job ASC, attempt DESC LIMIT ?"
+
+PRUNE_JOBS = "SELECT job FROM anarchon_attempts UNION SELECT job FROM anarchon_runs"
+LATEST_SLOT = "SELECT max(slot) FROM anarchon_attempts WHERE job = ?"
+PRUNE_ATTEMPTS = f"""
+DELETE FROM anarchon_attempts
+WHERE job = ? AND slot < ? AND slot NOT IN (?, ?) AND status IN ({_TERMINAL})
+"""
+PRUNE_RUNS = f"""
+DELETE FROM anarchon_runs
+WHERE job = ? AND slot < ? AND slot NOT IN (?, ?) AND state IN ({_TERMINAL})
+"""
+
+
+def due_runs(job_count: int) -> str:
+    """Open runs of ``job_count`` jobs that are due at ``?`` (the store's now, twice)."""
+    marks = ", ".join("?" * job_count)
+    return f"""
+    SELECT job, slot, attempt, origin, state FROM anarchon_runs
+    WHERE job IN ({marks}) AND state IN ('running', '{WAITING}')
+      AND CASE state WHEN 'running' THEN lease_expires <= ? ELSE retry_at <= ? END
+    ORDER BY slot, job
+    """

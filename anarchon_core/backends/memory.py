@@ -1,0 +1,297 @@
+"""The in-memory lease backend: the reference implementation of the contract.
+
+It lives in one process, so it serves unit tests and the test helpers; every
+decision is a plain Python critical section (the event loop is single-threaded and
+no method awaits in the middle of a decision).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..backend import (
+    Backend,
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    DueRun,
+    Lease,
+    TakeoverRequest,
+    bound_error,
+)
+from ..errors import ConfigurationError
+from ..records import TERMINAL_STATUSES, HistoryQuery, Origin, Outcome, RunRecord, Status
+
+__all__ = ["MemoryBackend"]
+
+EARLY_TOLERANCE_MS = 1000
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Run:
+    origin: Origin
+    state: str  # running | waiting | a terminal Status
+    attempt: int
+    token: str | None
+    lease_expires: int
+    retry_at: int
+    fingerprint: str
+
+
+class MemoryBackend(Backend):
+    """A lease backend in process memory. ``clock`` returns epoch ms (settable in tests)."""
+
+    capabilities = Capabilities(lease=True, store_clock=True, finish=True)
+    name = "memory"
+
+    def __init__(self, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self._clock = clock
+        self._runs: dict[tuple[str, int], _Run] = {}
+        self._records: dict[tuple[str, int, int], RunRecord] = {}
+        self.paused: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryBackend:
+        """``memory://``: a fresh store private to this process."""
+        if url.rstrip("/") != "memory:":
+            raise ConfigurationError(f"memory backend URL {url!r} is not valid: use 'memory://'")
+        return cls()
+
+    def describe(self) -> str:
+        return "memory://"
+
+    async def now_ms(self) -> int:
+        return self._clock()
+
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
+        if paused:
+            self.paused.add(job)
+        else:
+            self.paused.discard(job)
+
+    # -- claim -------------------------------------------------------------------
+    async def claim(self, request: ClaimRequest) -> Claim:
+        now = self._clock()
+        key = (request.job, request.slot)
+        run = self._runs.get(key)
+        if run is not None:
+            mine = run.token == request.token and run.attempt == 1
+            return Claim(Outcome.WON if mine else Outcome.TAKEN, run.attempt if mine else 0, now)
+        if request.slot < now - request.horizon_ms:
+            return Claim(Outcome.EXPIRED, store_now=now)
+        if request.slot > now + EARLY_TOLERANCE_MS:
+            return Claim(Outcome.EARLY, store_now=now)
+        if request.job in self.paused:
+            self._mark_nothing_ran(request, Status.PAUSED, now)
+            return Claim(Outcome.PAUSED, store_now=now)
+        if request.skip_overlap and self._live_run(request.job, now, exclude=request.slot):
+            self._mark_nothing_ran(request, Status.SKIPPED, now)
+            return Claim(Outcome.SKIPPED, store_now=now)
+        self._runs[key] = _Run(
+            request.origin,
+            Status.RUNNING,
+            1,
+            request.token,
+            now + request.lease_ms,
+            0,
+            request.fingerprint,
+        )
+        self._records[(request.job, request.slot, 1)] = RunRecord(
+            request.job,
+            request.slot,
+            1,
+            request.origin,
+            Status.RUNNING,
+            request.instance_id,
+            now,
+            now,
+            None,
+        )
+        return Claim(Outcome.WON, 1, now)
+
+    def _mark_nothing_ran(self, request: ClaimRequest, status: Status, now: int) -> None:
+        self._runs[(request.job, request.slot)] = _Run(
+            request.origin, status, 0, None, 0, 0, request.fingerprint
+        )
+        self._records[(request.job, request.slot, 0)] = RunRecord(
+            request.job,
+            request.slot,
+            0,
+            request.origin,
+            status,
+            request.instance_id,
+            now,
+            None,
+            now,
+        )
+
+    def _live_run(self, job: str, now: int, *, exclude: int) -> bool:
+        return any(
+            j == job and s != exclude and r.state == Status.RUNNING and r.lease_expires > now
+            for (j, s), r in self._runs.items()
+        )
+
+    # -- lease operations ----------------------------------------------------------
+    def _held(self, lease: Lease) -> _Run | None:
+        run = self._runs.get((lease.job, lease.slot))
+        if run is None or run.token != lease.token or run.attempt != lease.attempt:
+            return None
+        return run
+
+    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
+        now = self._clock()
+        verdicts = []
+        for lease in leases:
+            run = self._held(lease)
+            ok = run is not None and run.state == Status.RUNNING
+            if ok and run is not None:
+                run.lease_expires = now + lease_ms
+            verdicts.append(ok)
+        return verdicts
+
+    async def finish(
+        self,
+        lease: Lease,
+        status: Status,
+        *,
+        error: str | None = None,
+        meta: dict[str, Any] | None = None,
+        retry_in_ms: int | None = None,
+    ) -> bool:
+        now = self._clock()
+        run = self._held(lease)
+        if run is None:
+            return False
+        record = self._records.get((lease.job, lease.slot, lease.attempt))
+        if run.state != Status.RUNNING or record is None:
+            return record is not None and record.status == status  # idempotent repeat
+        if retry_in_ms is not None and status == Status.FAILED:
+            run.state, run.retry_at = "waiting", now + retry_in_ms
+        else:
+            run.state = status
+        run.lease_expires = 0
+        self._records[(lease.job, lease.slot, lease.attempt)] = replace(
+            record, status=status, finished_at=now, error=bound_error(error), meta=dict(meta or {})
+        )
+        return True
+
+    async def release(self, lease: Lease) -> bool:
+        now = self._clock()
+        run = self._held(lease)
+        if run is None or run.state != Status.RUNNING:
+            return False
+        run.lease_expires, run.token = now, None  # the released runner is fenced from now on
+        key = (lease.job, lease.slot, lease.attempt)
+        self._records[key] = replace(
+            self._records[key], status=Status.INTERRUPTED, finished_at=now, error="handed over"
+        )
+        return True
+
+    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
+        now = self._clock()
+        due = []
+        for (job, slot), run in self._runs.items():
+            if job not in jobs:
+                continue
+            if run.state == Status.RUNNING and run.lease_expires <= now:
+                due.append(DueRun(job, slot, run.attempt, run.origin, "expired"))
+            elif run.state == "waiting" and run.retry_at <= now:
+                due.append(DueRun(job, slot, run.attempt, run.origin, "retry"))
+        return due
+
+    async def take_over(self, request: TakeoverRequest) -> Claim:
+        now = self._clock()
+        run = self._runs.get((request.job, request.slot))
+        if run is not None and run.token == request.token and run.attempt == request.attempt + 1:
+            return Claim(Outcome.WON, run.attempt, now)  # ambiguous repeat: this token won
+        if run is None or run.attempt != request.attempt:
+            return Claim(Outcome.TAKEN, store_now=now)
+        expired = run.state == Status.RUNNING and run.lease_expires <= now
+        retry_due = run.state == "waiting" and run.retry_at <= now
+        if not (expired or retry_due):
+            return Claim(Outcome.TAKEN, store_now=now)
+        if request.attempt >= request.max_attempts or request.slot < now - request.horizon_ms:
+            self._end_interrupted(request, run, now)
+            exhausted = request.attempt >= request.max_attempts
+            return Claim(Outcome.EXHAUSTED if exhausted else Outcome.EXPIRED, store_now=now)
+        if request.skip_overlap and self._live_run(request.job, now, exclude=request.slot):
+            return Claim(Outcome.BLOCKED, store_now=now)
+        self._interrupt_record(request.job, request.slot, request.attempt, now)
+        attempt = request.attempt + 1
+        run.state, run.attempt, run.token = Status.RUNNING, attempt, request.token
+        run.lease_expires = now + request.lease_ms
+        self._records[(request.job, request.slot, attempt)] = RunRecord(
+            request.job,
+            request.slot,
+            attempt,
+            run.origin,
+            Status.RUNNING,
+            request.instance_id,
+            now,
+            now,
+            None,
+        )
+        return Claim(Outcome.WON, attempt, now)
+
+    def _end_interrupted(self, request: TakeoverRequest, run: _Run, now: int) -> None:
+        if run.state == Status.RUNNING:
+            self._interrupt_record(request.job, request.slot, request.attempt, now)
+            run.state = Status.INTERRUPTED
+        else:  # a due retry that may not run: the failure stands
+            run.state = Status.FAILED
+        run.token = None
+
+    def _interrupt_record(self, job: str, slot: int, attempt: int, now: int) -> None:
+        record = self._records.get((job, slot, attempt))
+        if record is not None and record.status == Status.RUNNING:
+            self._records[(job, slot, attempt)] = replace(
+                record, status=Status.INTERRUPTED, finished_at=now, error="lease expired"
+            )
+
+    async def last_scheduled_slot(self, job: str) -> int | None:
+        slots = [s for (j, s), r in self._runs.items() if j == job and r.origin != Origin.MANUAL]
+        return max(slots, default=None)
+
+    # -- history -----------------------------------------------------------------
+    async def history(self, query: HistoryQuery) -> list[RunRecord]:
+        records = [
+            r
+            for r in self._records.values()
+            if (query.job is None or r.job == query.job)
+            and (query.status is None or r.status == query.status)
+            and (query.since is None or r.slot >= query.since)
+            and (query.until is None or r.slot < query.until)
+        ]
+        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
+        return records[: max(query.limit, 0)]
+
+    async def prune(self, older_than_ms: int) -> int:
+        # Per job keep the slot of its latest record and its latest scheduled run: the
+        # second anchors catch-up (last_scheduled_slot), which a manual run must not move.
+        latest: dict[str, int] = {}
+        for job, slot, _ in self._records:
+            latest[job] = max(latest.get(job, slot), slot)
+        anchor: dict[str, int] = {}
+        for (job, slot), run in self._runs.items():
+            if run.origin != Origin.MANUAL:
+                anchor[job] = max(anchor.get(job, slot), slot)
+        keep = {*latest.items(), *anchor.items()}
+        doomed = [
+            key
+            for key, r in self._records.items()
+            if r.slot < older_than_ms and r.status in TERMINAL_STATUSES and key[:2] not in keep
+        ]
+        for key in doomed:
+            del self._records[key]
+        for key in [k for k, r in self._runs.items() if k[1] < older_than_ms]:
+            if self._runs[key].state in TERMINAL_STATUSES and key not in keep:
+                del self._runs[key]
+        return len(doomed)

@@ -1,0 +1,102 @@
+"""What a handler receives: the identity of its run and a cancellation signal."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import threading
+from collections.abc import MutableMapping
+from typing import Any
+
+from .errors import RunCancelled
+from .records import Origin, ms_to_datetime
+
+__all__ = ["RunContext"]
+
+
+class RunContext:
+    """The run a handler executes, and the signal that tells it to stop.
+
+    The signal is set on timeout, on a lost lease (taken over, cancelled, or no
+    heartbeat acknowledged in time) and when the scheduler stops. Async handlers
+    ``await ctx.wait_cancelled()`` or are cancelled outright; sync handlers, which run
+    in worker threads and cannot be interrupted, poll :attr:`cancelled`, call
+    :meth:`raise_if_cancelled`, or sleep with :meth:`wait`.
+    """
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        slot: int,
+        attempt: int,
+        instance_id: str,
+        origin: Origin,
+        loop: asyncio.AbstractEventLoop,
+        logger: logging.Logger,
+    ) -> None:
+        self.job = job
+        self.slot = slot
+        self.scheduled_at: dt.datetime = ms_to_datetime(slot)
+        self.attempt = attempt
+        self.instance_id = instance_id
+        self.origin = origin
+        #: Grows across a job's runs and attempts: guard writes with ``WHERE fence < :fence``.
+        self.fence = slot * 1024 + attempt
+        #: The random delay this instance waited before claiming (0 for takeovers).
+        self.jitter_ms = 0
+        #: A small JSON-serialisable dict (at most 1 KB) kept in the history record.
+        self.meta: dict[str, Any] = {}
+        self.logger = logging.LoggerAdapter(
+            logger,
+            {"job": job, "slot": slot, "attempt": attempt, "instance": instance_id},
+        )
+        self._loop = loop
+        self._flag = threading.Event()
+        self._event = asyncio.Event()
+        self._reason: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"RunContext(job={self.job!r}, slot={self.slot}, attempt={self.attempt}, "
+            f"origin={self.origin!s}, instance_id={self.instance_id!r})"
+        )
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run must stop; safe to read from any thread."""
+        return self._flag.is_set()
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the run must stop: ``"timeout"``, ``"lease lost"``, ``"stopping"``…"""
+        return self._reason
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`RunCancelled` if the run must stop."""
+        if self._flag.is_set():
+            raise RunCancelled(f"run {self.job}@{self.slot} cancelled: {self._reason}")
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds in a sync handler; True if cancelled meanwhile."""
+        return self._flag.wait(timeout)
+
+    async def wait_cancelled(self) -> None:
+        """Return once the run must stop (for async handlers)."""
+        await self._event.wait()
+
+    def _cancel(self, reason: str) -> None:
+        """Set the signal; called on the scheduler's loop thread only."""
+        if self._flag.is_set():
+            return
+        self._reason = reason
+        self._flag.set()
+        self._event.set()
+
+
+def log_extra(
+    job: str, slot: int | None, attempt: int | None, instance: str
+) -> MutableMapping[str, Any]:
+    """The ``extra`` fields every log record of a run carries."""
+    return {"job": job, "slot": slot, "attempt": attempt, "instance": instance}

@@ -1,0 +1,61 @@
+"""The exception tree of anarchon.
+
+::
+
+    AnarchonError
+    ├── ConfigurationError (ValueError)   bad input at definition or start time
+    │   └── CapabilityError               a feature the chosen backend cannot honour
+    ├── SchedulerStateError (RuntimeError) start() on a running scheduler, and the like
+    ├── RunCancelled                      raised by ctx.raise_if_cancelled() in a handler
+    └── BackendError                      the store failed
+        ├── BackendUnavailable            could not reach the store (retried with backoff)
+        └── SchemaVersionError            the store holds a newer layout than this code knows
+
+Driver exceptions never leave a backend: they are converted at the boundary with
+``raise BackendUnavailable(...) from exc`` so that callers handle one tree.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnarchonError",
+    "BackendError",
+    "BackendUnavailable",
+    "CapabilityError",
+    "ConfigurationError",
+    "RunCancelled",
+    "SchedulerStateError",
+    "SchemaVersionError",
+]
+
+
+class AnarchonError(Exception):
+    """Root of every error anarchon raises on purpose."""
+
+
+class ConfigurationError(AnarchonError, ValueError):
+    """A value given to anarchon is invalid; the message names it and the accepted form."""
+
+
+class CapabilityError(ConfigurationError):
+    """A feature was asked of a backend that cannot provide it (e.g. a lease on a broker)."""
+
+
+class SchedulerStateError(AnarchonError, RuntimeError):
+    """An operation does not fit the scheduler's current state (e.g. starting it twice)."""
+
+
+class RunCancelled(AnarchonError):
+    """The run lost its lease, timed out, was cancelled or the scheduler is stopping."""
+
+
+class BackendError(AnarchonError):
+    """The store failed to answer or answered something unusable."""
+
+
+class BackendUnavailable(BackendError):
+    """The store could not be reached; the engine retries with backoff."""
+
+
+class SchemaVersionError(BackendError):
+    """The store was written by a newer anarchon whose layout this version does not know."""

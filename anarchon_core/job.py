@@ -1,0 +1,184 @@
+"""Jobs and their options, validated when they are defined.
+
+Options exist at two levels: the :class:`~anarchon_core.Scheduler` holds defaults and
+each job may override any of :data:`JOB_OPTIONS`. Validation happens here, at
+definition time, so that a typo stops the process before it claims anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypeAlias
+
+from .context import RunContext
+from .durations import parse_duration_ms
+from .errors import ConfigurationError
+from .names import store_name, validate_job_name
+from .schedules import Schedule
+
+__all__ = ["JOB_OPTIONS", "Handler", "Job", "JobOptions"]
+
+Handler: TypeAlias = Callable[[RunContext], Awaitable[Any] | Any]
+
+#: The misfire grace (claim horizon) is the gap to the next slot, at most this.
+MAX_MISFIRE_GRACE_MS = 3_600_000
+#: Catch-up never handles more slots than this, whatever the window.
+MAX_CATCH_UP_SLOTS = 1000
+
+CATCH_UP_POLICIES = ("none", "latest", "all")
+OVERLAP_POLICIES = ("skip", "allow")
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Per-job behaviour; defaults follow SPEC §8."""
+
+    jitter_ms: int = 500
+    timeout_ms: int | None = None
+    catch_up: str = "none"
+    catch_up_window_ms: int = 86_400_000
+    max_attempts: int = 3
+    retries: int = 0
+    retry_backoff_ms: int = 1000
+    overlap: str = "skip"
+    misfire_grace_ms: int | None = None
+
+
+#: The option names accepted by ``Scheduler(...)`` and each job definition.
+JOB_OPTIONS = frozenset(
+    {f.name for f in fields(JobOptions)} - {"catch_up_window_ms"} | {"catch_up_window"}
+)
+
+
+def _validate(key: str, value: Any, owner: str) -> Any:
+    where = f"{owner}: option {key}"
+    if key in ("jitter_ms", "retries", "retry_backoff_ms"):
+        return _int(value, where, minimum=0)
+    if key == "max_attempts":
+        return _int(value, where, minimum=1)
+    if key in ("timeout_ms", "misfire_grace_ms"):
+        return None if value is None else _int(value, where, minimum=1)
+    if key == "catch_up":
+        return _choice(value, CATCH_UP_POLICIES, where)
+    if key == "overlap":
+        return _choice(value, OVERLAP_POLICIES, where)
+    if key == "catch_up_window":
+        return parse_duration_ms(value, what=where)
+    accepted = ", ".join(sorted(JOB_OPTIONS))
+    raise ConfigurationError(f"{owner}: unknown option {key!r}; accepted options: {accepted}")
+
+
+def validate_option_keys(options: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """Map public option names to :class:`JobOptions` fields, rejecting unknown ones."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        checked = _validate(key, value, owner)
+        out["catch_up_window_ms" if key == "catch_up_window" else key] = checked
+    return out
+
+
+def _int(value: Any, where: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(
+            f"{where} = {value!r} is not valid: give an integer >= {minimum} (milliseconds "
+            f"for *_ms options)"
+        )
+    return value
+
+
+def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise ConfigurationError(
+            f"{where} = {value!r} is not valid: use one of " + ", ".join(map(repr, choices))
+        )
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A named schedule plus a handler; ``store_name`` is its identity in the store."""
+
+    name: str
+    store_name: str
+    schedule: Schedule
+    handler: Handler
+    options: JobOptions
+    explicit: frozenset[str]
+    """Option names given explicitly (on the job or the scheduler), for capability checks."""
+
+    @classmethod
+    def define(
+        cls,
+        name: str,
+        schedule: Schedule,
+        handler: Handler,
+        *,
+        namespace: str | None,
+        defaults: JobOptions,
+        explicit_defaults: frozenset[str],
+        options: Mapping[str, Any],
+    ) -> Job:
+        validate_job_name(name)
+        _check_handler(name, handler)
+        owner = f"job {name!r}"
+        checked = validate_option_keys(options, owner)
+        return cls(
+            name=name,
+            store_name=store_name(namespace, name),
+            schedule=schedule,
+            handler=handler,
+            options=replace(defaults, **checked),
+            explicit=explicit_defaults | frozenset(checked),
+        )
+
+    @property
+    def is_async(self) -> bool:
+        handler = self.handler
+        call = getattr(handler, "__call__", None)  # noqa: B004 - async callable objects
+        return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+    def horizon_ms(self, slot: int) -> int:
+        """How late a slot may still be claimed: the misfire grace (SPEC §8)."""
+        if self.options.misfire_grace_ms is not None:
+            return self.options.misfire_grace_ms
+        gap = self.schedule.next_slot(slot) - slot
+        return min(gap, MAX_MISFIRE_GRACE_MS)
+
+    def jitter_bound_ms(self, slot: int) -> int:
+        """Jitter for a slot is uniform in [0, min(jitter_ms, gap to next slot / 4)]."""
+        gap = self.schedule.next_slot(slot) - slot
+        return min(self.options.jitter_ms, gap // 4)
+
+    def fingerprint(self) -> str:
+        """A short hash of what replicas must agree on: the schedule and run options."""
+        data = {"schedule": self.schedule.fingerprint(), "options": _options_json(self.options)}
+        raw = json.dumps(data, sort_keys=True).encode()
+        return hashlib.sha256(raw).hexdigest()[:16]
+
+    def describe(self) -> str:
+        return self.schedule.describe()
+
+
+def _options_json(options: JobOptions) -> dict[str, Any]:
+    return {f.name: getattr(options, f.name) for f in fields(options)}
+
+
+def _check_handler(name: str, handler: object) -> None:
+    if not callable(handler):
+        raise ConfigurationError(
+            f"job {name!r}: handler {handler!r} is not callable: give a function taking ctx"
+        )
+    try:
+        inspect.signature(handler).bind(None)
+    except TypeError:
+        raise ConfigurationError(
+            f"job {name!r}: handler {getattr(handler, '__qualname__', handler)!r} must accept "
+            f"exactly one positional argument (ctx), e.g. 'def handler(ctx): ...'"
+        ) from None
+    except ValueError:  # builtins without a signature: accept
+        pass
+

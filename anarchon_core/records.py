@@ -1,0 +1,137 @@
+"""The words of the run lifecycle and the records a store keeps of it.
+
+These types cross the backend boundary, so they are plain frozen dataclasses of
+ints and strings: every backend can build them from its rows, keys or messages.
+All timestamps are integer milliseconds since the Unix epoch, read from the
+store's clock wherever the store has one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "HistoryQuery",
+    "Origin",
+    "Outcome",
+    "RunRecord",
+    "Status",
+    "ms_to_datetime",
+]
+
+
+class Status(StrEnum):
+    """The status of one history record (one attempt, or a slot that ran nothing).
+
+    This is the whole set; the CLI, the JSON API and the dashboard use exactly these words.
+    """
+
+    CLAIMED = "claimed"  # claim-only stores: won, and the store cannot record more
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"  # the handler raised or timed out; the error says which
+    INTERRUPTED = "interrupted"  # the runner died, froze or handed over
+    SKIPPED = "skipped"  # a previous run of the job was still live (overlap="skip")
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        Status.SUCCESS,
+        Status.FAILED,
+        Status.INTERRUPTED,
+        Status.SKIPPED,
+        Status.PAUSED,
+        Status.CANCELLED,
+        Status.CLAIMED,
+    }
+)
+
+
+class Origin(StrEnum):
+    """Why a run exists."""
+
+    SCHEDULE = "schedule"
+    CATCH_UP = "catch_up"
+    MANUAL = "manual"
+
+
+class Outcome(StrEnum):
+    """The store's answer to a claim or a takeover."""
+
+    WON = "won"  # this instance runs the attempt
+    TAKEN = "taken"  # another instance holds (or held) it; nothing was written
+    SKIPPED = "skipped"  # overlap: recorded once as skipped, nobody runs it
+    PAUSED = "paused"  # the job is paused in the store: recorded once as paused
+    EXPIRED = "expired"  # past the claim horizon: never run late
+    EARLY = "early"  # the store's clock says the slot is not due yet: retry later
+    EXHAUSTED = "exhausted"  # takeover refused: max_attempts reached, run ends interrupted
+    BLOCKED = "blocked"  # takeover/retry must wait: another run of the job is live
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One history record, keyed ``(job, slot, attempt)``; attempt 0 ran nothing."""
+
+    job: str
+    slot: int
+    attempt: int
+    origin: Origin
+    status: Status
+    instance_id: str | None
+    claimed_at: int | None
+    started_at: int | None
+    finished_at: int | None
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON shape of a record (CLI ``--json``, API, dashboard)."""
+        return {
+            "job": self.job,
+            "slot": self.slot,
+            "scheduled_at": _iso(self.slot),
+            "attempt": self.attempt,
+            "origin": str(self.origin),
+            "status": str(self.status),
+            "instance_id": self.instance_id,
+            "claimed_at": _iso(self.claimed_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "meta": self.meta,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """A filter over history, newest first (slot desc, job, attempt desc)."""
+
+    job: str | None = None
+    status: Status | None = None
+    since: int | None = None  # slot >= since
+    until: int | None = None  # slot < until
+    limit: int = 100
+
+
+def ms_to_datetime(ms: int) -> dt.datetime:
+    """An aware UTC datetime for an epoch-millisecond integer."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return ms_to_datetime(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,323 @@
+"""The public ``Scheduler``: job definitions, configuration, and its life cycle.
+
+Every replica builds the same scheduler with the same jobs; the store decides which
+replica runs each slot. This module only validates and holds configuration; the
+running state lives in :mod:`anarchon_core._engine` between ``start()`` and ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar, overload
+
+from ._engine import Engine, EngineConfig
+from .backend import Backend
+from .backends import DEFAULT_URL, backend_from_url
+from .durations import parse_duration_ms
+from .errors import CapabilityError, ConfigurationError, SchedulerStateError
+from .job import Handler, Job, JobOptions, validate_option_keys
+from .names import validate_namespace
+from .records import HistoryQuery, RunRecord, Status
+from .schedules import Cron, Every, Schedule
+
+__all__ = ["Scheduler"]
+
+H = TypeVar("H", bound=Handler)
+
+logger = logging.getLogger("anarchon")
+
+#: Options that only lease backends honour; naming one explicitly on a claim-only
+#: backend is an error at start (the defaults degrade silently, as documented).
+LEASE_ONLY_OPTIONS = {"catch_up": "none", "overlap": "allow"}
+
+
+def default_instance_id() -> str:
+    """``{hostname}:{pid}:{6 random hex}``: pid 1 repeats across container restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def env_enabled() -> bool:
+    """``ANARCHON_ENABLED=0`` disables a process: one-off containers, shells, CI."""
+    return os.environ.get("ANARCHON_ENABLED", "1").strip().lower() not in ("0", "false", "no")
+
+
+class Scheduler:
+    """Holds named jobs and runs each of their slots on exactly one instance.
+
+    ``backend`` is a :class:`Backend`, a URL, or ``None`` for ``$ANARCHON_BACKEND``
+    (else the embedded default ``sqlite:///anarchon.sqlite3``). Keyword arguments set
+    the defaults of every job (``jitter_ms``, ``timeout_ms``, ``catch_up``,
+    ``catch_up_window``, ``max_attempts``, ``retries``, ``retry_backoff_ms``,
+    ``overlap``, ``misfire_grace_ms``); each job may override them.
+    """
+
+    def __init__(
+        self,
+        backend: Backend | str | None = None,
+        *,
+        namespace: str | None = None,
+        instance_id: str | None = None,
+        heartbeat_ms: int = 2000,
+        lease_ms: int | None = None,
+        history_retention: str | dt.timedelta = "7d",
+        grace_ms: int = 10_000,
+        enabled: bool | None = None,
+        **job_defaults: Any,
+    ) -> None:
+        if backend is None:
+            backend = os.environ.get("ANARCHON_BACKEND") or DEFAULT_URL
+        self.backend: Backend = backend if isinstance(backend, Backend) else backend_from_url(
+            backend
+        )
+        self.namespace = validate_namespace(namespace)
+        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+            raise ConfigurationError(
+                f"instance_id {instance_id!r} is not valid: give a non-empty string"
+            )
+        self.instance_id = instance_id or default_instance_id()
+        self.heartbeat_ms = _positive_ms("heartbeat_ms", heartbeat_ms)
+        self.lease_ms = 3 * self.heartbeat_ms if lease_ms is None else _positive_ms(
+            "lease_ms", lease_ms
+        )
+        if self.lease_ms < 2 * self.heartbeat_ms:
+            raise ConfigurationError(
+                f"lease_ms = {self.lease_ms} is not valid: it must be at least 2 × heartbeat_ms "
+                f"({2 * self.heartbeat_ms}) so that one late heartbeat does not lose the run"
+            )
+        self.history_retention_ms = parse_duration_ms(history_retention, what="history_retention")
+        self.grace_ms = _nonnegative_ms("grace_ms", grace_ms)
+        self.enabled = env_enabled() if enabled is None else bool(enabled)
+        checked = validate_option_keys(job_defaults, "Scheduler")
+        self._defaults = JobOptions(**checked)
+        self._explicit_defaults = frozenset(checked)
+        self._jobs: dict[str, Job] = {}
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Scheduler {self.backend.describe()} instance={self.instance_id!r} "
+            f"jobs={len(self._jobs)}{' running' if self.running else ''}>"
+        )
+
+    # -- definitions ---------------------------------------------------------------
+    @property
+    def jobs(self) -> Mapping[str, Job]:
+        """The defined jobs by name (read-only)."""
+        return MappingProxyType(self._jobs)
+
+    def add_job(self, name: str, schedule: Schedule, handler: Handler, **options: Any) -> Job:
+        """Define a job from a :class:`Schedule` object; the decorators call this."""
+        if not isinstance(schedule, Schedule):
+            raise ConfigurationError(
+                f"job {name!r}: schedule {schedule!r} is not valid: give Every(...) or Cron(...)"
+            )
+        job = Job.define(
+            name,
+            schedule,
+            handler,
+            namespace=self.namespace,
+            defaults=self._defaults,
+            explicit_defaults=self._explicit_defaults,
+            options=options,
+        )
+        with self._lock:
+            if self._engine is not None:
+                raise SchedulerStateError(
+                    f"cannot add job {name!r} to a running scheduler: define jobs before start()"
+                )
+            if name in self._jobs:
+                raise ConfigurationError(
+                    f"job name {name!r} is defined twice: job names must be unique"
+                )
+            self._jobs[name] = job
+        return job
+
+    @overload
+    def every(self, name: str, interval: str | dt.timedelta, handler: None = None,
+              *, offset: str | dt.timedelta | None = None, **options: Any) -> Callable[[H], H]: ...
+    @overload
+    def every(self, name: str, interval: str | dt.timedelta, handler: H,
+              *, offset: str | dt.timedelta | None = None, **options: Any) -> Job: ...
+
+    def every(
+        self,
+        name: str,
+        interval: str | dt.timedelta,
+        handler: Handler | None = None,
+        *,
+        offset: str | dt.timedelta | None = None,
+        **options: Any,
+    ) -> Job | Callable[[H], H]:
+        """Run ``handler`` on the epoch grid of ``interval`` (a decorator without handler)."""
+        return self._define(name, Every(interval, offset), handler, options)
+
+    @overload
+    def cron(self, name: str, expression: str, handler: None = None, *, tz: str = "UTC",
+             day_or: bool = True, **options: Any) -> Callable[[H], H]: ...
+    @overload
+    def cron(self, name: str, expression: str, handler: H, *, tz: str = "UTC",
+             day_or: bool = True, **options: Any) -> Job: ...
+
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: Handler | None = None,
+        *,
+        tz: str = "UTC",
+        day_or: bool = True,
+        **options: Any,
+    ) -> Job | Callable[[H], H]:
+        """Run ``handler`` on a cron expression in ``tz`` (a decorator without handler)."""
+        return self._define(name, Cron(expression, tz, day_or=day_or), handler, options)
+
+    def _define(
+        self, name: str, schedule: Schedule, handler: Handler | None, options: dict[str, Any]
+    ) -> Job | Callable[[H], H]:
+        if handler is not None:
+            return self.add_job(name, schedule, handler, **options)
+        Job.define(  # validate now, so a bad option fails at the decorator line
+            name, schedule, _placeholder_handler, namespace=self.namespace,
+            defaults=self._defaults, explicit_defaults=self._explicit_defaults, options=options,
+        )
+
+        def decorate(fn: H) -> H:
+            self.add_job(name, schedule, fn, **options)
+            return fn
+
+        return decorate
+
+    # -- life cycle ----------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def stats(self) -> Mapping[str, int]:
+        """Counters of this instance since start (claims by outcome, runs by status…)."""
+        return dict(self._engine.stats) if self._engine else {}
+
+    async def start(self) -> None:
+        """Start claiming slots on the running event loop.
+
+        :raises SchedulerStateError: already running.
+        :raises CapabilityError: a lease-only option was asked of a claim-only backend.
+        """
+        with self._lock:
+            if self._engine is not None:
+                raise SchedulerStateError(f"{self!r} is already running: stop() it first")
+            self._check_capabilities()
+            engine = Engine(
+                self.backend,
+                self._jobs,
+                EngineConfig(
+                    instance_id=self.instance_id,
+                    heartbeat_ms=self.heartbeat_ms,
+                    lease_ms=self.lease_ms,
+                    history_retention_ms=self.history_retention_ms,
+                    logger=logger,
+                ),
+            )
+            self._engine = engine
+        if not self.enabled:
+            logger.info("anarchon disabled (ANARCHON_ENABLED=0 or enabled=False): not claiming")
+            return
+        try:
+            await engine.start()
+        except BaseException:
+            self._engine = None
+            raise
+        logger.info(
+            "anarchon started: %d job(s) on %s as %s",
+            len(self._jobs), self.backend.describe(), self.instance_id,
+            extra={"job": None, "slot": None, "attempt": None, "instance": self.instance_id},
+        )
+
+    async def stop(self, grace_ms: int | None = None) -> None:
+        """Stop claiming; wait up to ``grace_ms`` for runs, then hand the rest over.
+
+        Idempotent. A stopped scheduler may be started again.
+        """
+        engine = self._engine
+        if engine is None:
+            return
+        try:
+            if self.enabled:
+                await engine.stop(self.grace_ms if grace_ms is None else grace_ms)
+        finally:
+            self._engine = None
+
+    def run(self, *, grace_ms: int | None = None) -> None:
+        """Run in the foreground until SIGINT or SIGTERM, then stop gracefully."""
+        asyncio.run(self._run_until_signalled(grace_ms))
+
+    async def _run_until_signalled(self, grace_ms: int | None) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await self.stop(grace_ms)
+
+    def _check_capabilities(self) -> None:
+        if self.backend.capabilities.lease:
+            return
+        for job in self._jobs.values():
+            for option, allowed in LEASE_ONLY_OPTIONS.items():
+                value = getattr(job.options, option)
+                if option in job.explicit and value != allowed:
+                    raise CapabilityError(
+                        f"job {job.name!r}: {option}={value!r} needs a lease backend; "
+                        f"{self.backend.describe()} is claim-only (use {allowed!r} or a lease "
+                        f"backend: sqlite://, postgresql://, redis://?strategy=lease)"
+                    )
+
+    # -- reading -------------------------------------------------------------------
+    async def history(
+        self,
+        *,
+        job: str | None = None,
+        status: Status | str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Recent history records from the store, newest first."""
+        name = None if job is None else self._jobs[job].store_name if job in self._jobs else job
+        return await self.backend.history(
+            HistoryQuery(job=name, status=None if status is None else Status(status), limit=limit)
+        )
+
+
+def _placeholder_handler(ctx: Any) -> None:
+    """Stands in for the decorated function while its options are validated."""
+
+
+def _positive_ms(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigurationError(f"{name} = {value!r} is not valid: give milliseconds as an int > 0")
+    return value
+
+
+def _nonnegative_ms(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"{name} = {value!r} is not valid: give milliseconds as an int >= 0"
+        )
+    return value

@@ -1,0 +1,456 @@
+"""Schedules: pure functions from a definition to slots (integer ms since the epoch, UTC).
+
+Every replica computes the slots of a job on its own, with no communication, and the store
+then picks one winner per ``(job, slot)``.  That only works if every replica computes exactly
+the same integers, so a schedule depends on nothing but its definition: never on the machine's
+local time zone, the time the process started, or the ``TZ`` variable.
+
+* :class:`Every` lays slots on a grid counted from 1970-01-01T00:00:00Z, so ``Every("10s")``
+  fires at :00, :10, :20 ... whenever each replica happened to start.
+* :class:`Cron` evaluates a cron expression (parsed and matched by ``croniter``) in an IANA
+  zone, with the daylight-saving rules of classic (Vixie/ISC) cron; see ``docs/schedules.md``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import heapq
+import operator
+import re
+import zoneinfo
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from functools import lru_cache
+
+from croniter import croniter
+
+from .durations import format_duration_ms, parse_duration_ms
+from .errors import ConfigurationError
+
+__all__ = ["Cron", "Every", "Schedule"]
+
+_UTC = dt.UTC
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
+_EPOCH_NAIVE = dt.datetime(1970, 1, 1)
+_ONE_MS = dt.timedelta(milliseconds=1)
+# Slots must map to datetimes with room for a day of zone arithmetic on either side.
+_MIN_MS = (dt.datetime(2, 1, 1, tzinfo=_UTC) - _EPOCH) // _ONE_MS
+_MAX_MS = (dt.datetime(9998, 1, 1, tzinfo=_UTC) - _EPOCH) // _ONE_MS
+#: Bumped if the meaning of a definition ever changes, so that replicas on different
+#: versions report different fingerprints instead of silently computing different slots.
+_SEMANTICS = "v1"
+
+
+class Schedule(ABC):
+    """A deterministic source of slots.  Subclasses must be immutable and pure.
+
+    Equality, hashing and :meth:`fingerprint` all derive from :meth:`canonical`, so two
+    schedules that print the same canonical text are interchangeable on every replica.
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    def next_slot(self, after_ms: int) -> int:
+        """Return the first slot strictly after ``after_ms``."""
+
+    @abstractmethod
+    def slots_between(self, start_ms: int, end_ms: int, *, limit: int | None = None) -> list[int]:
+        """Return the slots ``s`` with ``start_ms < s <= end_ms``, ascending, at most ``limit``."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Return a short human description, e.g. ``every 10s``."""
+
+    @property
+    @abstractmethod
+    def tz(self) -> str:
+        """The IANA zone the schedule is evaluated in (``"UTC"`` for grid schedules)."""
+
+    @abstractmethod
+    def canonical(self) -> str:
+        """Return the normalized definition that equality and the fingerprint are based on."""
+
+    def fingerprint(self) -> str:
+        """A short stable hex hash of :meth:`canonical`.
+
+        Claims carry it so that replicas which disagree about a job's schedule (a rolling
+        deploy that changed it) can be noticed; it is identical across processes and
+        machines, unlike ``hash()``.
+        """
+        return hashlib.sha256(self.canonical().encode()).hexdigest()[:16]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return type(self) is type(other) and self.canonical() == other.canonical()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.canonical()))
+
+
+def _check_ms(name: str, value: int) -> int:
+    ms = operator.index(value)
+    if not _MIN_MS <= ms <= _MAX_MS:
+        raise ConfigurationError(
+            f"{name} {value!r} is not valid: give integer milliseconds since the Unix epoch "
+            "between the years 2 and 9997"
+        )
+    return ms
+
+
+def _check_limit(limit: int | None) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or operator.index(limit) < 0:
+        raise ConfigurationError(f"limit {limit!r} is not valid: give None or an integer >= 0")
+    return operator.index(limit)
+
+
+class Every(Schedule):
+    """Slots on the epoch grid: ``k * interval_ms + offset_ms`` for every integer ``k``.
+
+    Counting from the epoch (not from start-up) is what makes every replica agree: a
+    replica that starts at 12:00:03 and one that starts at 12:00:07 both fire ``Every("10s")``
+    at 12:00:10.  ``offset`` shifts the grid, e.g. ``Every("1h", offset="5m")`` fires at
+    :05 past every hour (UTC), so that hourly jobs need not all start at :00.
+    """
+
+    __slots__ = ("_interval_ms", "_offset_ms")
+
+    def __init__(
+        self, interval: str | dt.timedelta, offset: str | dt.timedelta | None = None
+    ) -> None:
+        self._interval_ms = parse_duration_ms(interval, what="interval")
+        if offset is None:
+            self._offset_ms = 0
+        else:
+            self._offset_ms = parse_duration_ms(offset, what="offset", allow_zero=True)
+        if self._offset_ms >= self._interval_ms:
+            raise ConfigurationError(
+                f"offset {offset!r} is not valid for interval {interval!r}: the offset "
+                f"({format_duration_ms(self._offset_ms)}) must be shorter than the interval "
+                f"({format_duration_ms(self._interval_ms)}), e.g. Every('1h', offset='5m')"
+            )
+
+    @property
+    def interval_ms(self) -> int:
+        return self._interval_ms
+
+    @property
+    def offset_ms(self) -> int:
+        return self._offset_ms
+
+    @property
+    def tz(self) -> str:
+        return "UTC"
+
+    def next_slot(self, after_ms: int) -> int:
+        after = operator.index(after_ms)
+        k = (after - self._offset_ms) // self._interval_ms + 1
+        return k * self._interval_ms + self._offset_ms
+
+    def slots_between(self, start_ms: int, end_ms: int, *, limit: int | None = None) -> list[int]:
+        cap = _check_limit(limit)
+        end = operator.index(end_ms)
+        first = self.next_slot(start_ms)
+        if first > end:
+            return []
+        count = (end - first) // self._interval_ms + 1
+        if cap is not None:
+            count = min(count, cap)
+        return list(range(first, first + count * self._interval_ms, self._interval_ms))
+
+    def describe(self) -> str:
+        text = f"every {format_duration_ms(self._interval_ms)}"
+        if self._offset_ms:
+            text += f" offset {format_duration_ms(self._offset_ms)}"
+        return text
+
+    def canonical(self) -> str:
+        return f"every/{_SEMANTICS} interval_ms={self._interval_ms} offset_ms={self._offset_ms}"
+
+    def __repr__(self) -> str:
+        interval = format_duration_ms(self._interval_ms)
+        if self._offset_ms:
+            return f"Every({interval!r}, offset={format_duration_ms(self._offset_ms)!r})"
+        return f"Every({interval!r})"
+
+
+# --------------------------------------------------------------------------- cron
+
+_CRON_FORM = (
+    "give 5 fields: minute hour day-of-month month day-of-week, such as '*/15 * * * *' "
+    "or '0 3 * * mon-fri' (a 6th field, last, is seconds: '* * * * * */10')"
+)
+_ZONE_FORM = "give an IANA time zone name such as 'Europe/Athens' or 'UTC'"
+_ALIASES = {
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+# croniter's "H" (hashed) and "R" (random) values would differ between replicas.
+_HASH_OR_RANDOM = re.compile(r"[hr](\([0-9]+-[0-9]+\))?(/[0-9]+)?", re.ASCII | re.IGNORECASE)
+_FIELDS = re.compile(r"\S+", re.ASCII)  # the field separator croniter itself uses
+# Offsets are probed this far on either side of an instant: beyond the largest clock
+# change in the tz database (24 h, Pacific/Apia at the end of 2011).
+_PROBE = dt.timedelta(hours=26)
+_PROBE_MS = _PROBE // _ONE_MS
+_MARGIN_MS = 60_000
+_POOL_SIZE = 4
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _load_zone(tz: object) -> zoneinfo.ZoneInfo:
+    """Resolve an IANA name; refuse anything whose meaning could differ between machines."""
+    name = tz.key if isinstance(tz, zoneinfo.ZoneInfo) else tz
+    if not isinstance(name, str):
+        raise ConfigurationError(f"time zone {tz!r} is not valid: {_ZONE_FORM}")
+    # "localtime" is the machine's own zone; the membership test also catches names that
+    # only load on case-insensitive file systems ("europe/athens" on macOS).
+    if name == "localtime" or name not in _zone_names():
+        raise ConfigurationError(f"time zone {name!r} is not valid: {_ZONE_FORM}")
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigurationError(f"time zone {name!r} is not valid: {_ZONE_FORM}") from exc
+
+
+def _normalize_expression(expression: object) -> tuple[str, list[str]]:
+    """Return (expression with single spaces, canonical lower-case fields) or raise."""
+    if not isinstance(expression, str):
+        raise ConfigurationError(f"cron expression {expression!r} is not valid: {_CRON_FORM}")
+    text = " ".join(_FIELDS.findall(expression))
+    fields = _FIELDS.findall(_ALIASES.get(text.lower(), text.lower()))
+
+    def bad(reason: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"cron expression {expression!r} is not valid: {reason}; {_CRON_FORM}"
+        )
+
+    if len(fields) not in (5, 6):
+        year = " (a year field is not supported)" if len(fields) == 7 else ""
+        raise bad(f"it has {len(fields)} fields{year}")
+    for field in fields:
+        if any(_HASH_OR_RANDOM.fullmatch(part) for part in field.split(",")):
+            raise bad("H (hashed) and R (random) values would differ between replicas")
+    try:
+        croniter.expand(" ".join(fields))
+    except (ValueError, TypeError, KeyError) as exc:  # croniter's errors are ValueErrors
+        raise bad(str(exc) or type(exc).__name__) from exc
+    return text, fields
+
+
+def _naive_ms(wall: dt.datetime) -> int:
+    return (wall - _EPOCH_NAIVE) // _ONE_MS
+
+
+def _utc(ms: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(milliseconds=ms)
+
+
+class Cron(Schedule):
+    """A cron expression evaluated in an IANA zone (default ``"UTC"``, never the local zone).
+
+    ``day_or=True`` is standard cron day matching: when both day-of-month and day-of-week are
+    restricted, a day matching either fires.  ``day_or=False`` requires both (Celery's rule).
+
+    Daylight saving, identical on every replica (classic Vixie/ISC cron):
+
+    * Fall back: if the hour field is fixed (a number, list or range; anything not starting
+      with ``*``), a repeated wall time fires once, at its first occurrence.  If the hour
+      field starts with ``*`` (``*``, ``*/n``), it fires at every real occurrence.
+    * Spring forward: a fixed-hour wall time that does not exist fires once, shifted forward
+      by the gap (PEP 495 ``fold=0``: New York 02:30 -> 03:30 EDT); ``*``-hour entries have
+      one occurrence fewer.  Wall times that land on one instant are one slot.
+    """
+
+    __slots__ = ("_day_or", "_expression", "_fields", "_pool", "_star_hour", "_step", "_zone")
+
+    def __init__(self, expression: str, tz: str = "UTC", *, day_or: bool = True) -> None:
+        if not isinstance(day_or, bool):
+            raise ConfigurationError(f"day_or {day_or!r} is not valid: give True or False")
+        self._expression, fields = _normalize_expression(expression)
+        self._fields = " ".join(fields)
+        self._zone = _load_zone(tz)
+        self._day_or = day_or
+        self._star_hour = fields[1].startswith("*")
+        self._step = dt.timedelta(seconds=1 if len(fields) == 6 else 60)
+        self._pool: list[croniter] = []
+        # An expression that never matches (Feb 30) would make next_slot fail at run time.
+        try:
+            self._new_iter().get_next(dt.datetime, start_time=dt.datetime(2000, 1, 1))
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"cron expression {expression!r} is not valid: it never matches"
+                f"{'' if day_or else ' with day_or=False'}; {_CRON_FORM}"
+            ) from exc
+
+    @property
+    def expression(self) -> str:
+        """The expression as given, with runs of whitespace collapsed to one space."""
+        return self._expression
+
+    @property
+    def day_or(self) -> bool:
+        return self._day_or
+
+    @property
+    def tz(self) -> str:
+        return self._zone.key
+
+    def describe(self) -> str:
+        extra = "" if self._day_or else ", day_or=False"
+        return f'cron "{self._expression}" ({self._zone.key}{extra})'
+
+    def canonical(self) -> str:
+        return f"cron/{_SEMANTICS} {self._fields} tz={self._zone.key} day_or={int(self._day_or)}"
+
+    def __repr__(self) -> str:
+        extra = "" if self._day_or else ", day_or=False"
+        return f"Cron({self._expression!r}, tz={self._zone.key!r}{extra})"
+
+    def __reduce__(self) -> tuple[object, tuple[str, str, bool]]:
+        return (_make_cron, (self._expression, self._zone.key, self._day_or))
+
+    def next_slot(self, after_ms: int) -> int:
+        for slot in self._walk(_check_ms("after_ms", after_ms)):
+            return slot
+        raise ConfigurationError(f"{self.describe()} has no slot after {after_ms!r}")
+
+    def slots_between(self, start_ms: int, end_ms: int, *, limit: int | None = None) -> list[int]:
+        cap = _check_limit(limit)
+        end = operator.index(end_ms)
+        out: list[int] = []
+        if cap == 0 or end <= start_ms:
+            return out
+        for slot in self._walk(_check_ms("start_ms", start_ms)):
+            if slot > end:
+                break
+            out.append(slot)
+            if len(out) == cap:
+                break
+        return out
+
+    # -- evaluation ------------------------------------------------------------------
+
+    def _new_iter(self) -> croniter:
+        return croniter(self._fields, dt.datetime(2000, 1, 1), day_or=self._day_or)
+
+    def _offset_ms(self, instant: dt.datetime) -> int:
+        offset = instant.astimezone(self._zone).utcoffset()
+        assert offset is not None  # a ZoneInfo always has an offset
+        return offset // _ONE_MS
+
+    def _instants(self, wall: dt.datetime) -> tuple[list[int], int]:
+        """Map one matching naive wall time to its slots by the rules in the class doc.
+
+        Also returns the ``fold=0`` reading of the wall time (defined even in a gap), the
+        anchor from which :meth:`_walk` bounds where later wall times can land.
+        """
+        early = wall.replace(tzinfo=self._zone).utcoffset()
+        late = wall.replace(tzinfo=self._zone, fold=1).utcoffset()
+        assert early is not None and late is not None  # a ZoneInfo always has an offset
+        first = _naive_ms(wall) - early // _ONE_MS
+        if early == late:  # an ordinary wall time
+            return [first], first
+        if early > late:  # repeated (fall back): fold=0 is the first occurrence
+            if self._star_hour:
+                return [first, _naive_ms(wall) - late // _ONE_MS], first
+            return [first], first
+        # Skipped (spring forward): fold=0 reads it with the earlier offset, i.e. it is
+        # shifted forward by the gap.  "*"-hour entries have no occurrence here.
+        return ([] if self._star_hour else [first]), first
+
+    def _slack_ms(self, ms: int) -> int:
+        """How far slot order may run backwards near ``ms``: the size of a nearby clock change.
+
+        Around a transition of size ``D`` the wall -> instant map is not monotonic (a fall-back
+        hour is walked twice, a shifted gap time lands after later wall times), but only for
+        instants within ``D`` of the transition.  Away from transitions this is 0, which lets
+        the walk below emit each slot as soon as it is found.
+        """
+        t = _utc(ms)
+        here = self._offset_ms(t)
+        before = self._offset_ms(t - _PROBE)
+        after = self._offset_ms(t + _PROBE)
+        if before == here == after:
+            return 0
+        slack = 0
+        if before != here:
+            change = self._transition(ms - _PROBE_MS, ms, before)
+            if ms - change <= abs(here - before) + _MARGIN_MS:
+                slack = abs(here - before)
+        if after != here:
+            change = self._transition(ms, ms + _PROBE_MS, here)
+            if change - ms <= abs(after - here) + _MARGIN_MS:
+                slack = max(slack, abs(after - here))
+        return slack + _MARGIN_MS if slack else 0
+
+    def _transition(self, lo: int, hi: int, lo_offset: int) -> int:
+        """The first instant in ``(lo, hi]`` whose offset differs from ``lo_offset`` (bisect)."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._offset_ms(_utc(mid)) == lo_offset:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def _walk(self, after_ms: int) -> Iterator[int]:
+        """Yield every slot strictly after ``after_ms`` in increasing order, without duplicates.
+
+        croniter walks matching wall times in a naive (zone-less) calendar, where it is pure
+        field matching; each wall time is mapped to 0, 1 or 2 instants by :meth:`_instants`.
+        Instants wait in a heap until no later wall time can map before them: every later
+        wall time maps at or after ``fold0(wall) - slack``.  The walk starts ``slack`` before
+        the wall time of ``after_ms`` so that a second fall-back hour or a shifted gap time
+        just before it is not missed.
+        """
+        wall = _utc(after_ms).astimezone(self._zone).replace(tzinfo=None)
+        start = wall - dt.timedelta(milliseconds=self._slack_ms(after_ms)) - self._step
+        try:
+            it = self._pool.pop()
+        except IndexError:
+            it = self._new_iter()
+        heap: list[int] = []
+        last = after_ms
+        try:
+            it.set_current(start, force=True)
+            while True:
+                try:
+                    match: dt.datetime = it.get_next(dt.datetime)
+                    instants, first = self._instants(match)
+                    bound = first - self._slack_ms(first)
+                except (ValueError, OverflowError):  # past the end of the calendar
+                    break
+                for instant in instants:
+                    if instant > last:
+                        heapq.heappush(heap, instant)
+                while heap and heap[0] <= bound:
+                    slot = heapq.heappop(heap)
+                    if slot > last:
+                        last = slot
+                        yield slot
+            while heap:
+                slot = heapq.heappop(heap)
+                if slot > last:
+                    last = slot
+                    yield slot
+        finally:
+            if len(self._pool) < _POOL_SIZE:
+                self._pool.append(it)
+
+
+def _make_cron(expression: str, tz: str, day_or: bool) -> Cron:
+    """Unpickle a :class:`Cron` (its croniter pool is rebuilt, not copied)."""
+    return Cron(expression, tz, day_or=day_or)
