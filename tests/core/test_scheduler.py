@@ -1,0 +1,428 @@
+"""The engine on the in-memory backend: one process, several schedulers, short intervals."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from anarchon_core import (
+    BackgroundScheduler,
+    Capabilities,
+    CapabilityError,
+    ConfigurationError,
+    MemoryBackend,
+    RunContext,
+    Scheduler,
+    SchedulerStateError,
+    Status,
+)
+from anarchon_core.records import HistoryQuery, Origin
+
+FAST = {"heartbeat_ms": 50, "jitter_ms": 0}
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def records(backend: MemoryBackend, job: str | None = None) -> list[Any]:
+    return await backend.history(HistoryQuery(job=job, limit=10_000))
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def test_each_slot_runs_once_across_schedulers() -> None:
+    backend = MemoryBackend()
+    ran: Counter[tuple[int, str]] = Counter()
+
+    async def main() -> None:
+        schedulers = [
+            Scheduler(backend, instance_id=f"i{n}", heartbeat_ms=50, jitter_ms=30)
+            for n in range(3)
+        ]
+        for s in schedulers:
+
+            @s.every("tick", "100ms")
+            async def tick(ctx: RunContext) -> None:
+                ran[(ctx.slot, ctx.instance_id)] += 1
+
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(1.2)
+        for s in schedulers:
+            await s.stop()
+
+    run(main())
+    slots = sorted(slot for slot, _ in ran)
+    assert len(slots) >= 8
+    assert len(slots) == len(set(slots)), "a slot ran twice"
+    assert all(b - a == 100 for a, b in zip(slots, slots[1:], strict=False)), "a slot was missed"
+    assert len({instance for _, instance in ran}) >= 2, "winners should spread"
+
+
+def test_sync_handler_runs_in_a_thread_and_gets_ctx() -> None:
+    backend = MemoryBackend()
+    seen: list[tuple[str, int, int, str, Origin]] = []
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", **FAST)
+
+        @s.every("sync.job", "100ms")
+        def handler(ctx: RunContext) -> None:
+            seen.append(
+                (threading.current_thread().name, ctx.slot, ctx.attempt, ctx.job, ctx.origin)
+            )
+            assert ctx.scheduled_at.timestamp() * 1000 == ctx.slot
+            assert ctx.fence == ctx.slot * 1024 + 1
+
+        await s.start()
+        await asyncio.sleep(0.35)
+        await s.stop()
+
+    run(main())
+    assert seen
+    thread, _, attempt, job, origin = seen[0]
+    assert thread == "anarchon:sync.job"
+    assert (attempt, job, origin) == (1, "sync.job", Origin.SCHEDULE)
+
+
+def test_failure_and_timeout_are_recorded() -> None:
+    backend = MemoryBackend()
+    cancelled_sync: list[str | None] = []
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", max_attempts=1, **FAST)
+
+        @s.every("boom", "200ms")
+        async def boom(ctx: RunContext) -> None:
+            raise RuntimeError("kaput")
+
+        @s.every("slow.async", "200ms", timeout_ms=50)
+        async def slow_async(ctx: RunContext) -> None:
+            await asyncio.sleep(10)
+
+        @s.every("slow.sync", "200ms", timeout_ms=50)
+        def slow_sync(ctx: RunContext) -> None:
+            ctx.wait(1.0)
+            cancelled_sync.append(ctx.cancel_reason)
+
+        await s.start()
+        await asyncio.sleep(0.3)
+        await s.stop(grace_ms=0)
+
+    run(main())
+    history = run(records(backend))
+    by_job = {r.job: r for r in history if r.status != Status.RUNNING}
+    assert by_job["boom"].status == Status.FAILED
+    assert "RuntimeError: kaput" in (by_job["boom"].error or "")
+    assert by_job["slow.async"].status == Status.FAILED
+    assert "timed out after 50 ms" in (by_job["slow.async"].error or "")
+    assert by_job["slow.sync"].status == Status.FAILED
+    time.sleep(0.1)
+    assert cancelled_sync and cancelled_sync[0] == "timeout"
+
+
+def test_retries_run_the_next_attempt_after_backoff() -> None:
+    backend = MemoryBackend()
+    attempts: list[int] = []
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", retries=2, retry_backoff_ms=50, **FAST)
+
+        @s.every("flaky", "2s")
+        async def flaky(ctx: RunContext) -> None:
+            attempts.append(ctx.attempt)
+            if ctx.attempt < 3:
+                raise ValueError(f"attempt {ctx.attempt}")
+
+        await s.start()
+        await wait_for(lambda: _has(backend, "flaky", 3, Status.SUCCESS), timeout=5)
+        await s.stop()
+
+    run(main())
+    assert attempts == [1, 2, 3]
+    statuses = [(r.attempt, r.status) for r in run(records(backend, "flaky"))]
+    assert statuses == [(3, Status.SUCCESS), (2, Status.FAILED), (1, Status.FAILED)]
+
+
+async def _has(backend: MemoryBackend, job: str, attempt: int, status: Status) -> bool:
+    return any(r.attempt == attempt and r.status == status for r in await records(backend, job))
+
+
+def test_overlapping_slot_is_skipped() -> None:
+    backend = MemoryBackend()
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", **FAST)
+
+        @s.every("long", "100ms")
+        async def long(ctx: RunContext) -> None:
+            await asyncio.sleep(0.35)
+
+        await s.start()
+        await asyncio.sleep(0.5)
+        await s.stop()
+
+    run(main())
+    statuses = Counter(r.status for r in run(records(backend, "long")))
+    assert statuses[Status.SKIPPED] >= 2
+    assert statuses[Status.SUCCESS] >= 1
+
+
+def test_overlap_allow_runs_concurrently() -> None:
+    backend = MemoryBackend()
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", overlap="allow", **FAST)
+
+        @s.every("long", "100ms")
+        async def long(ctx: RunContext) -> None:
+            await asyncio.sleep(0.25)
+
+        await s.start()
+        await asyncio.sleep(0.5)
+        await s.stop()
+
+    run(main())
+    statuses = Counter(r.status for r in run(records(backend, "long")))
+    assert statuses[Status.SKIPPED] == 0
+    assert statuses[Status.SUCCESS] >= 2
+
+
+def test_stop_hands_over_to_a_backup_at_once() -> None:
+    backend = MemoryBackend()
+    started: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        # A long lease: without hand-over a backup would wait 3 s for expiry.
+        a = Scheduler(backend, instance_id="A", heartbeat_ms=100, lease_ms=3000, jitter_ms=0)
+        b = Scheduler(backend, instance_id="B", heartbeat_ms=100, lease_ms=3000, jitter_ms=0)
+
+        @a.every("long", "3s")
+        async def long_a(ctx: RunContext) -> None:
+            started.append((ctx.instance_id, ctx.attempt))
+            await asyncio.sleep(30)
+
+        @b.every("long", "3s")
+        async def long_b(ctx: RunContext) -> None:
+            started.append((ctx.instance_id, ctx.attempt))
+            await asyncio.sleep(0.05)
+
+        await a.start()
+        await wait_for(lambda: _has(backend, "long", 1, Status.RUNNING), timeout=5)
+        await b.start()
+        t0 = time.monotonic()
+        await a.stop(grace_ms=0)
+        await wait_for(lambda: _has(backend, "long", 2, Status.SUCCESS), timeout=2.5)
+        assert time.monotonic() - t0 < 1.0
+        await b.stop()
+
+    run(main())
+    assert started == [("A", 1), ("B", 2)]
+    history = {r.attempt: r for r in run(records(backend, "long"))}
+    assert history[1].status == Status.INTERRUPTED
+    assert history[2].instance_id == "B"
+
+
+def test_catch_up_latest_and_all() -> None:
+    for policy, expected in (("latest", 1), ("all", 3), ("none", 0)):
+        backend = MemoryBackend()
+        caught: list[int] = []
+
+        async def main(policy: str = policy) -> None:
+            s = Scheduler(backend, instance_id="solo", catch_up=policy, **FAST)
+
+            @s.every("nightly", "1h")
+            def job(ctx: RunContext) -> None:
+                if ctx.origin == Origin.CATCH_UP:
+                    caught.append(ctx.slot)
+
+            # Pretend the job last ran 3 slots (hours) ago.
+            from anarchon_core.backend import ClaimRequest
+
+            now = await backend.now_ms()
+            last = (now // 3_600_000 - 3) * 3_600_000
+            await backend.claim(
+                ClaimRequest("nightly", last, Origin.SCHEDULE, "t", "old", 1, 10**12, False)
+            )
+            await s.start()
+            await asyncio.sleep(0.4)
+            await s.stop()
+
+        run(main())
+        assert len(caught) == expected, policy
+        assert caught == sorted(caught)
+
+
+def test_no_catch_up_on_first_deploy() -> None:
+    backend = MemoryBackend()
+    caught: list[int] = []
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", catch_up="all", **FAST)
+        s.every("nightly", "1h", lambda ctx: caught.append(ctx.slot))
+        await s.start()
+        await asyncio.sleep(0.2)
+        await s.stop()
+
+    run(main())
+    assert caught == []
+
+
+def test_start_twice_raises_and_restart_works() -> None:
+    backend = MemoryBackend()
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", **FAST)
+        s.every("x", "1h", lambda ctx: None)
+        await s.start()
+        with pytest.raises(SchedulerStateError, match="already running"):
+            await s.start()
+        with pytest.raises(SchedulerStateError, match="running scheduler"):
+            s.every("y", "1h", lambda ctx: None)
+        await s.stop()
+        await s.stop()  # idempotent
+        await s.start()
+        assert s.running
+        await s.stop()
+        assert not s.running
+
+    run(main())
+
+
+def test_disabled_scheduler_claims_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANARCHON_ENABLED", "0")
+    backend = MemoryBackend()
+
+    async def main() -> None:
+        s = Scheduler(backend, **FAST)
+        s.every("x", "100ms", lambda ctx: None)
+        await s.start()
+        await asyncio.sleep(0.3)
+        await s.stop()
+
+    run(main())
+    assert run(records(backend)) == []
+
+
+def test_background_scheduler_start_stop() -> None:
+    backend = MemoryBackend()
+    ran = threading.Event()
+    s = Scheduler(backend, instance_id="bg", **FAST)
+    s.every("x", "100ms", lambda ctx: ran.set())
+    bg = BackgroundScheduler(s)
+    bg.start()
+    with pytest.raises(SchedulerStateError):
+        bg.start()
+    assert ran.wait(2)
+    bg.stop(grace_ms=100)
+    bg.stop()  # idempotent
+    assert not bg.running and not s.running
+
+
+class ClaimOnlyMemory(MemoryBackend):
+    """The memory store declared claim-only, to exercise the capability checks."""
+
+    capabilities = Capabilities(lease=False, store_clock=True, finish=True)
+    name = "claim-only-memory"
+
+
+def test_lease_only_options_refused_on_claim_only_backend() -> None:
+    async def main() -> None:
+        s = Scheduler(ClaimOnlyMemory(), **FAST)
+        s.every("x", "1h", lambda ctx: None, catch_up="latest")
+        with pytest.raises(CapabilityError, match=r"catch_up='latest' needs a lease backend"):
+            await s.start()
+        assert not s.running
+        quiet = Scheduler(ClaimOnlyMemory(), **FAST)
+        quiet.every("x", "1h", lambda ctx: None)  # defaults degrade silently
+        await quiet.start()
+        await quiet.stop()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"heartbeat_ms": 0}, "heartbeat_ms = 0 is not valid"),
+        ({"heartbeat_ms": 1000, "lease_ms": 1500}, "at least 2 × heartbeat_ms"),
+        ({"jitter_ms": -1}, "jitter_ms = -1 is not valid"),
+        ({"jitter_ms": True}, "jitter_ms = True is not valid"),
+        ({"catch_up": "sometimes"}, "'none', 'latest', 'all'"),
+        ({"overlap": "queue"}, "'skip', 'allow'"),
+        ({"max_attempts": 0}, "max_attempts = 0"),
+        ({"jiter_ms": 5}, "unknown option 'jiter_ms'"),
+        ({"namespace": "has space"}, "namespace 'has space' is not valid"),
+        ({"history_retention": 7}, "history_retention"),
+        ({"instance_id": ""}, "instance_id '' is not valid"),
+        ({"grace_ms": -5}, "grace_ms = -5"),
+    ],
+)
+def test_bad_scheduler_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
+        Scheduler(MemoryBackend(), **kwargs)
+
+
+def test_bad_backend_url() -> None:
+    with pytest.raises(ConfigurationError, match="scheme 'nosuch' is unknown"):
+        Scheduler("nosuch://x")
+    with pytest.raises(ConfigurationError, match="SCHEME://"):
+        Scheduler("just-a-path.db")
+
+
+def test_bad_job_definitions() -> None:
+    s = Scheduler(MemoryBackend())
+    s.every("ok", "1s", lambda ctx: None)
+    with pytest.raises(ConfigurationError, match="defined twice"):
+        s.every("ok", "1s", lambda ctx: None)
+    with pytest.raises(ConfigurationError, match="job name 'bad name' is not valid"):
+        s.every("bad name", "1s", lambda ctx: None)
+    with pytest.raises(ConfigurationError, match="job name '' is not valid"):
+        s.every("", "1s", lambda ctx: None)
+    with pytest.raises(ConfigurationError, match="job name 'x' \\* 201|is not valid"):
+        s.every("x" * 201, "1s", lambda ctx: None)
+    with pytest.raises(ConfigurationError, match="interval 10 is not valid"):
+        s.every("num", 10, lambda ctx: None)  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match="exactly one positional argument"):
+        s.every("noargs", "1s", lambda: None)  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match="not callable"):
+        s.every("notcallable", "1s", 42)  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match="unknown option 'timeout'"):
+
+        @s.every("typo", "1s", timeout=5)
+        def typo(ctx: RunContext) -> None: ...
+
+    with pytest.raises(ConfigurationError):
+        s.cron("badcron", "61 * * * *", lambda ctx: None)
+    with pytest.raises(ConfigurationError):
+        s.cron("badtz", "0 * * * *", lambda ctx: None, tz="Mars/Olympus")
+    assert list(s.jobs) == ["ok"]
+
+
+def test_namespace_prefixes_store_names() -> None:
+    backend = MemoryBackend()
+
+    async def main() -> None:
+        s = Scheduler(backend, namespace="svc", instance_id="solo", **FAST)
+        s.every("tick", "100ms", lambda ctx: None)
+        assert s.jobs["tick"].store_name == "svc:tick"
+        await s.start()
+        await asyncio.sleep(0.25)
+        await s.stop()
+
+    run(main())
+    assert {r.job for r in run(records(backend))} == {"svc:tick"}

@@ -1,0 +1,123 @@
+"""Start, signal and observe worker processes for the multi-process tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anarchon_core import backend_from_url
+from anarchon_core.records import HistoryQuery, RunRecord
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+@dataclass
+class Cluster:
+    """A set of worker processes sharing one store URL and one events file."""
+
+    backend: str
+    tmp: Path
+    scheduler: dict[str, Any]
+    jobs: list[dict[str, Any]]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def events_path(self) -> Path:
+        return self.tmp / "events.jsonl"
+
+    def start(self, instance_id: str, **overrides: Any) -> subprocess.Popen[bytes]:
+        spec = {
+            "backend": self.backend,
+            "instance_id": instance_id,
+            "events": str(self.events_path),
+            "scheduler": {**self.scheduler, **overrides},
+            "jobs": self.jobs,
+        }
+        env = {**os.environ, "ANARCHON_TEST_SPEC": json.dumps(spec), "PYTHONUNBUFFERED": "1"}
+        log = open(self.tmp / f"{instance_id}.log", "ab")  # noqa: SIM115 - closed by the child
+        proc = subprocess.Popen([sys.executable, str(WORKER)], env=env, stdout=log, stderr=log)
+        log.close()
+        self.procs[instance_id] = proc
+        return proc
+
+    def start_all(self, count: int, prefix: str = "w") -> None:
+        for n in range(count):
+            self.start(f"{prefix}{n}")
+        self.wait_for(lambda ev: sum(e["e"] == "ready" for e in ev) >= count, 20, "workers ready")
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.events_path.exists():
+            return []
+        lines = self.events_path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float, what: str
+    ) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = predicate(self.events())
+            if result:
+                return result
+            time.sleep(0.02)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; logs:\n"
+                             + self.logs())
+
+    def instance_of(self, pid: int) -> str:
+        return next(name for name, p in self.procs.items() if p.pid == pid)
+
+    def signal(self, instance_id: str, sig: signal.Signals) -> None:
+        self.procs[instance_id].send_signal(sig)
+
+    def stop_all(self, timeout: float = 15) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name} ---\n{p.read_text()[-4000:]}" for p in sorted(self.tmp.glob("*.log"))
+        )
+
+    def history(self, job: str | None = None) -> list[RunRecord]:
+        async def read() -> list[RunRecord]:
+            backend = backend_from_url(self.backend)
+            await backend.open()
+            try:
+                return await backend.history(HistoryQuery(job=job, limit=100_000))
+            finally:
+                await backend.close()
+
+        return asyncio.run(read())
+
+
+@contextmanager
+def cluster(
+    backend: str, tmp: Path, *, jobs: list[dict[str, Any]], **scheduler: Any
+) -> Iterator[Cluster]:
+    c = Cluster(backend, tmp, scheduler, jobs)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+def starts(events: list[dict[str, Any]], job: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in events if e["e"] == "start" and (job is None or e["job"] == job)]

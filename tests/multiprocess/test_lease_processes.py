@@ -1,0 +1,182 @@
+"""Distributed guarantees shown with real OS processes contending for one store.
+
+Intervals, heartbeats and leases are short so that each test takes seconds; the
+assertions are about what ran (the events each handler appended), not about timing,
+except where a bound is the point (takeover and hand-over speed).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from anarchon_core import Status
+
+from .cluster import cluster, starts
+
+pytestmark = pytest.mark.slow
+
+HB, LEASE = 100, 300
+
+
+def grid_slots(first: float, last: float, interval_ms: int) -> list[int]:
+    """Grid slots strictly inside (first, last), both in epoch seconds."""
+    lo = int(first * 1000) // interval_ms + 1
+    hi = int(last * 1000) // interval_ms
+    return [k * interval_ms for k in range(lo, hi + 1)]
+
+
+@pytest.mark.parametrize("processes", [4, 8])
+def test_each_slot_runs_exactly_once(lease_url: str, tmp_path: Path, processes: int) -> None:
+    jobs = [
+        {"name": "tick", "every": "200ms", "kind": "async"},
+        {"name": "tock", "every": "300ms", "kind": "sync"},
+    ]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, jitter_ms=60) as c:
+        c.start_all(processes)
+        ready = max(e["t"] for e in c.events() if e["e"] == "ready")
+        time.sleep(4)
+        until = time.time() - 0.5
+        c.stop_all()
+        events = c.events()
+        logs = c.logs()
+    assert "database is locked" not in logs
+    assert "Traceback" not in logs
+    for job, interval in (("tick", 200), ("tock", 300)):
+        ran = Counter(e["slot"] for e in starts(events, job))
+        duplicates = {slot: n for slot, n in ran.items() if n > 1}
+        assert not duplicates, f"{job} ran twice: {duplicates}"
+        expected = grid_slots(ready + 0.1, until, interval)
+        missing = [s for s in expected if s not in ran]
+        assert len(expected) >= 8
+        assert not missing, f"{job} missed slots {missing}"
+    winners = {e["instance"] for e in starts(events)}
+    assert len(winners) >= 2, "winners should spread over instances"
+
+
+def test_sigkill_runner_is_taken_over(lease_url: str, tmp_path: Path) -> None:
+    jobs = [{"name": "long", "every": "3s", "sleep_s": 1.5}]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE,
+                 jitter_ms=0) as c:
+        c.start_all(3)
+        first = c.wait_for(lambda ev: starts(ev, "long"), 8, "first run")[0]
+        victim = c.instance_of(first["pid"])
+        c.signal(victim, signal.SIGKILL)
+        killed_at = time.time()
+        second = c.wait_for(
+            lambda ev: [e for e in starts(ev) if e["slot"] == first["slot"] and e["attempt"] == 2],
+            5, "takeover")[0]
+        c.wait_for(lambda ev: [e for e in ev if e["e"] == "end" and e["attempt"] == 2], 5, "end")
+        c.stop_all()
+        history = {r.attempt: r for r in c.history("long") if r.slot == first["slot"]}
+    assert second["pid"] != first["pid"]
+    assert second["t"] - killed_at <= (LEASE + 2 * HB) / 1000 + 0.5
+    assert history[1].status == Status.INTERRUPTED
+    assert history[2].status == Status.SUCCESS
+    assert history[2].instance_id != victim
+
+
+def test_sigstop_runner_is_fenced(lease_url: str, tmp_path: Path) -> None:
+    jobs = [{"name": "long", "every": "4s", "sleep_s": 1.0}]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE,
+                 jitter_ms=0) as c:
+        c.start_all(3)
+        first = c.wait_for(lambda ev: starts(ev, "long"), 10, "first run")[0]
+        frozen = c.instance_of(first["pid"])
+        c.signal(frozen, signal.SIGSTOP)
+        c.wait_for(lambda ev: [e for e in ev if e["e"] == "end" and e["attempt"] == 2
+                               and e["slot"] == first["slot"]], 6, "attempt 2 to finish")
+        c.signal(frozen, signal.SIGCONT)
+        c.wait_for(lambda ev: [e for e in ev if e["e"] == "end" and e["pid"] == first["pid"]],
+                   5, "the stale runner to end")
+        time.sleep(0.3)
+        stale_log = (tmp_path / f"{frozen}.log").read_text()
+        c.stop_all()
+        history = {r.attempt: r for r in c.history("long") if r.slot == first["slot"]}
+    assert "lost the run" in stale_log or "finish rejected" in stale_log
+    assert history[1].status == Status.INTERRUPTED
+    assert history[2].status == Status.SUCCESS
+    assert history[2].instance_id != frozen
+    assert 3 not in history
+
+
+def test_sigterm_hands_over_before_lease_expiry(lease_url: str, tmp_path: Path) -> None:
+    lease = 5000  # a backup waiting for expiry would need 5 s
+    jobs = [{"name": "long", "every": "3s", "sleep_s": 30}]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=200, lease_ms=lease,
+                 jitter_ms=0, grace_ms=100) as c:
+        c.start_all(2)
+        first = c.wait_for(lambda ev: starts(ev, "long"), 8, "first run")[0]
+        runner = c.instance_of(first["pid"])
+        c.signal(runner, signal.SIGTERM)
+        sent = time.time()
+        second = c.wait_for(
+            lambda ev: [e for e in starts(ev) if e["slot"] == first["slot"] and e["attempt"] == 2],
+            4, "hand-over")[0]
+        c.procs[runner].wait(3)
+        c.stop_all()
+        history = {r.attempt: r for r in c.history("long") if r.slot == first["slot"]}
+    assert second["t"] - sent < lease / 1000 / 2
+    assert history[1].status == Status.INTERRUPTED
+    assert history[1].error == "handed over"
+
+
+def test_overlapping_slots_are_skipped(lease_url: str, tmp_path: Path) -> None:
+    jobs = [{"name": "slow", "every": "300ms", "sleep_s": 1.0}]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, jitter_ms=50) as c:
+        c.start_all(3)
+        time.sleep(3.5)
+        c.stop_all()
+        events = c.events()
+        history = c.history("slow")
+    runs = sorted(
+        (s["t"], next(e["t"] for e in events if e["e"] == "end" and e["slot"] == s["slot"]
+                      and e["attempt"] == s["attempt"]))
+        for s in starts(events) if any(e["e"] == "end" and e["slot"] == s["slot"]
+                                       for e in events)
+    )
+    assert len(runs) >= 2
+    for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
+        assert start >= end - 0.05, "two runs of one job overlapped"
+    skipped = [r for r in history if r.status == Status.SKIPPED]
+    assert len(skipped) >= 4
+    assert all(r.attempt == 0 for r in skipped)
+    per_slot = Counter(r.slot for r in history if r.attempt == 0)
+    assert max(per_slot.values()) == 1, "a skip was recorded twice"
+
+
+def test_catch_up_runs_missed_slots_in_order(lease_url: str, tmp_path: Path) -> None:
+    jobs = [{"name": "beat", "every": "1s", "options": {"catch_up": "all"}}]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, jitter_ms=0) as c:
+        c.start_all(2)
+        c.wait_for(lambda ev: len(starts(ev)) >= 2, 5, "two runs")
+        c.stop_all()
+        last = max(e["slot"] for e in starts(c.events()))
+        time.sleep(3.2)
+        c.start_all(2, prefix="again")
+        time.sleep(1.0)
+        c.stop_all()
+        events = c.events()
+    caught = [e for e in starts(events) if e["origin"] == "catch_up"]
+    slots = [e["slot"] for e in caught]
+    assert len(slots) >= 3
+    assert slots == sorted(slots) and len(set(slots)) == len(slots)
+    assert slots[0] == last + 1000
+    assert all(b - a == 1000 for a, b in zip(slots, slots[1:], strict=False))
+
+
+def test_cpu_bound_handler_keeps_its_lease(lease_url: str, tmp_path: Path) -> None:
+    jobs = [{"name": "crunch", "every": "4s", "cpu_s": 2 * LEASE / 1000}]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE,
+                 jitter_ms=0) as c:
+        c.start_all(2)
+        first = c.wait_for(lambda ev: starts(ev, "crunch"), 8, "first run")[0]
+        c.wait_for(lambda ev: [e for e in ev if e["e"] == "end"], 5, "end")
+        time.sleep(2 * HB / 1000 + 0.3)
+        c.stop_all()
+        history = [r for r in c.history("crunch") if r.slot == first["slot"]]
+    assert [(r.attempt, r.status) for r in history] == [(1, Status.SUCCESS)]
