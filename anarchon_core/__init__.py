@@ -7,9 +7,9 @@ each one.
 
 from __future__ import annotations
 
-from .background import BackgroundScheduler
 from .backend import Backend, Capabilities
 from .backends import MemoryBackend, backend_from_url
+from .background import BackgroundScheduler
 from .context import RunContext
 from .errors import (
     AnarchonError,

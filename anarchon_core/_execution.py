@@ -9,6 +9,7 @@ grace period. Daemon threads are abandoned instead; their later writes are fence
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import traceback
 from typing import Any
@@ -39,10 +40,8 @@ def start_handler(job: Job, ctx: RunContext) -> asyncio.Future[Any]:
             result, exc = job.handler(ctx), None
         except BaseException as caught:  # delivered to the runner, which records it
             result, exc = None, caught
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop: abandoned at stop
             loop.call_soon_threadsafe(deliver, result, exc)
-        except RuntimeError:  # the loop is closed: the run was abandoned at stop
-            pass
 
     thread = threading.Thread(target=target, name=f"anarchon:{job.name}", daemon=True)
     thread.start()

@@ -75,8 +75,8 @@ class Scheduler:
     ) -> None:
         if backend is None:
             backend = os.environ.get("ANARCHON_BACKEND") or DEFAULT_URL
-        self.backend: Backend = backend if isinstance(backend, Backend) else backend_from_url(
-            backend
+        self.backend: Backend = (
+            backend if isinstance(backend, Backend) else backend_from_url(backend)
         )
         self.namespace = validate_namespace(namespace)
         if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
@@ -85,8 +85,8 @@ class Scheduler:
             )
         self.instance_id = instance_id or default_instance_id()
         self.heartbeat_ms = _positive_ms("heartbeat_ms", heartbeat_ms)
-        self.lease_ms = 3 * self.heartbeat_ms if lease_ms is None else _positive_ms(
-            "lease_ms", lease_ms
+        self.lease_ms = (
+            3 * self.heartbeat_ms if lease_ms is None else _positive_ms("lease_ms", lease_ms)
         )
         if self.lease_ms < 2 * self.heartbeat_ms:
             raise ConfigurationError(
@@ -143,11 +143,25 @@ class Scheduler:
         return job
 
     @overload
-    def every(self, name: str, interval: str | dt.timedelta, handler: None = None,
-              *, offset: str | dt.timedelta | None = None, **options: Any) -> Callable[[H], H]: ...
+    def every(
+        self,
+        name: str,
+        interval: str | dt.timedelta,
+        handler: None = None,
+        *,
+        offset: str | dt.timedelta | None = None,
+        **options: Any,
+    ) -> Callable[[H], H]: ...
     @overload
-    def every(self, name: str, interval: str | dt.timedelta, handler: H,
-              *, offset: str | dt.timedelta | None = None, **options: Any) -> Job: ...
+    def every(
+        self,
+        name: str,
+        interval: str | dt.timedelta,
+        handler: H,
+        *,
+        offset: str | dt.timedelta | None = None,
+        **options: Any,
+    ) -> Job: ...
 
     def every(
         self,
@@ -162,11 +176,27 @@ class Scheduler:
         return self._define(name, Every(interval, offset), handler, options)
 
     @overload
-    def cron(self, name: str, expression: str, handler: None = None, *, tz: str = "UTC",
-             day_or: bool = True, **options: Any) -> Callable[[H], H]: ...
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: None = None,
+        *,
+        tz: str = "UTC",
+        day_or: bool = True,
+        **options: Any,
+    ) -> Callable[[H], H]: ...
     @overload
-    def cron(self, name: str, expression: str, handler: H, *, tz: str = "UTC",
-             day_or: bool = True, **options: Any) -> Job: ...
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: H,
+        *,
+        tz: str = "UTC",
+        day_or: bool = True,
+        **options: Any,
+    ) -> Job: ...
 
     def cron(
         self,
@@ -187,8 +217,13 @@ class Scheduler:
         if handler is not None:
             return self.add_job(name, schedule, handler, **options)
         Job.define(  # validate now, so a bad option fails at the decorator line
-            name, schedule, _placeholder_handler, namespace=self.namespace,
-            defaults=self._defaults, explicit_defaults=self._explicit_defaults, options=options,
+            name,
+            schedule,
+            _placeholder_handler,
+            namespace=self.namespace,
+            defaults=self._defaults,
+            explicit_defaults=self._explicit_defaults,
+            options=options,
         )
 
         def decorate(fn: H) -> H:
@@ -239,7 +274,9 @@ class Scheduler:
             raise
         logger.info(
             "anarchon started: %d job(s) on %s as %s",
-            len(self._jobs), self.backend.describe(), self.instance_id,
+            len(self._jobs),
+            self.backend.describe(),
+            self.instance_id,
             extra={"job": None, "slot": None, "attempt": None, "instance": self.instance_id},
         )
 
@@ -311,7 +348,9 @@ def _placeholder_handler(ctx: Any) -> None:
 
 def _positive_ms(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigurationError(f"{name} = {value!r} is not valid: give milliseconds as an int > 0")
+        raise ConfigurationError(
+            f"{name} = {value!r} is not valid: give milliseconds as an int > 0"
+        )
     return value
 
 

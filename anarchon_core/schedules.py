@@ -201,6 +201,7 @@ _FIELDS = re.compile(r"\S+", re.ASCII)  # the field separator croniter itself us
 # change in the tz database (24 h, Pacific/Apia at the end of 2011).
 _PROBE = dt.timedelta(hours=26)
 _PROBE_MS = _PROBE // _ONE_MS
+_BLOCK_MS = 6 * 3_600_000
 _MARGIN_MS = 60_000
 _POOL_SIZE = 4
 
@@ -258,6 +259,33 @@ def _utc(ms: int) -> dt.datetime:
     return _EPOCH + dt.timedelta(milliseconds=ms)
 
 
+def _offset_ms(zone: zoneinfo.ZoneInfo, instant: dt.datetime) -> int:
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None  # a ZoneInfo always has an offset
+    return offset // _ONE_MS
+
+
+@lru_cache(maxsize=4096)
+def _block_change(zone: zoneinfo.ZoneInfo, block: int) -> tuple[int, int] | None:
+    """The clock change inside the 6-hour block ``block`` as (instant ms, size ms), if any.
+
+    Found by bisection and cached, because the walk asks about the same few transitions
+    over and over.  Assumes at most one change per block: in the tz database from 1970 to
+    2100 no two changes of any zone are within 30 hours, and the largest change is 24 hours.
+    """
+    lo, hi = block * _BLOCK_MS, (block + 1) * _BLOCK_MS
+    lo_offset, hi_offset = _offset_ms(zone, _utc(lo)), _offset_ms(zone, _utc(hi))
+    if lo_offset == hi_offset:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _offset_ms(zone, _utc(mid)) == lo_offset:
+            lo = mid
+        else:
+            hi = mid
+    return hi, abs(hi_offset - lo_offset)
+
+
 class Cron(Schedule):
     """A cron expression evaluated in an IANA zone (default ``"UTC"``, never the local zone).
 
@@ -287,13 +315,15 @@ class Cron(Schedule):
         self._step = dt.timedelta(seconds=1 if len(fields) == 6 else 60)
         self._pool: list[croniter] = []
         # An expression that never matches (Feb 30) would make next_slot fail at run time.
+        trial = self._new_iter()
         try:
-            self._new_iter().get_next(dt.datetime, start_time=dt.datetime(2000, 1, 1))
+            trial.get_next(dt.datetime, start_time=dt.datetime(2000, 1, 1))
         except ValueError as exc:
             raise ConfigurationError(
                 f"cron expression {expression!r} is not valid: it never matches"
                 f"{'' if day_or else ' with day_or=False'}; {_CRON_FORM}"
             ) from exc
+        self._pool.append(trial)
 
     @property
     def expression(self) -> str:
@@ -346,11 +376,6 @@ class Cron(Schedule):
     def _new_iter(self) -> croniter:
         return croniter(self._fields, dt.datetime(2000, 1, 1), day_or=self._day_or)
 
-    def _offset_ms(self, instant: dt.datetime) -> int:
-        offset = instant.astimezone(self._zone).utcoffset()
-        assert offset is not None  # a ZoneInfo always has an offset
-        return offset // _ONE_MS
-
     def _instants(self, wall: dt.datetime) -> tuple[list[int], int]:
         """Map one matching naive wall time to its slots by the rules in the class doc.
 
@@ -380,31 +405,15 @@ class Cron(Schedule):
         the walk below emit each slot as soon as it is found.
         """
         t = _utc(ms)
-        here = self._offset_ms(t)
-        before = self._offset_ms(t - _PROBE)
-        after = self._offset_ms(t + _PROBE)
-        if before == here == after:
+        here = _offset_ms(self._zone, t)
+        if _offset_ms(self._zone, t - _PROBE) == here == _offset_ms(self._zone, t + _PROBE):
             return 0
         slack = 0
-        if before != here:
-            change = self._transition(ms - _PROBE_MS, ms, before)
-            if ms - change <= abs(here - before) + _MARGIN_MS:
-                slack = abs(here - before)
-        if after != here:
-            change = self._transition(ms, ms + _PROBE_MS, here)
-            if change - ms <= abs(after - here) + _MARGIN_MS:
-                slack = max(slack, abs(after - here))
-        return slack + _MARGIN_MS if slack else 0
-
-    def _transition(self, lo: int, hi: int, lo_offset: int) -> int:
-        """The first instant in ``(lo, hi]`` whose offset differs from ``lo_offset`` (bisect)."""
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._offset_ms(_utc(mid)) == lo_offset:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        for block in range((ms - _PROBE_MS) // _BLOCK_MS, (ms + _PROBE_MS) // _BLOCK_MS + 1):
+            change = _block_change(self._zone, block)
+            if change is not None and abs(ms - change[0]) <= change[1] + _MARGIN_MS:
+                slack = max(slack, change[1] + _MARGIN_MS)
+        return slack
 
     def _walk(self, after_ms: int) -> Iterator[int]:
         """Yield every slot strictly after ``after_ms`` in increasing order, without duplicates.
@@ -426,26 +435,22 @@ class Cron(Schedule):
         last = after_ms
         try:
             it.set_current(start, force=True)
-            while True:
+            bound: int | None = 0
+            while bound is not None:
                 try:
                     match: dt.datetime = it.get_next(dt.datetime)
                     instants, first = self._instants(match)
                     bound = first - self._slack_ms(first)
-                except (ValueError, OverflowError):  # past the end of the calendar
-                    break
+                except (ValueError, OverflowError):  # past the end of the calendar: drain
+                    instants, bound = [], None
                 for instant in instants:
                     if instant > last:
                         heapq.heappush(heap, instant)
-                while heap and heap[0] <= bound:
+                while heap and (bound is None or heap[0] <= bound):
                     slot = heapq.heappop(heap)
                     if slot > last:
                         last = slot
                         yield slot
-            while heap:
-                slot = heapq.heappop(heap)
-                if slot > last:
-                    last = slot
-                    yield slot
         finally:
             if len(self._pool) < _POOL_SIZE:
                 self._pool.append(it)

@@ -112,7 +112,7 @@ def test_what_names_the_setting() -> None:
 def test_allow_zero_admits_zero_but_not_negative() -> None:
     assert parse_duration_ms("0s", what="offset", allow_zero=True) == 0
     assert parse_duration_ms(dt.timedelta(0), what="offset", allow_zero=True) == 0
-    with pytest.raises(ConfigurationError, match="^offset '-1s'"):
+    with pytest.raises(ConfigurationError, match=r"^offset '-1s'"):
         parse_duration_ms("-1s", what="offset", allow_zero=True)
     with pytest.raises(ConfigurationError, match="bare number"):
         parse_duration_ms(0, what="offset", allow_zero=True)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections import Counter
@@ -50,8 +51,7 @@ def test_each_slot_runs_once_across_schedulers() -> None:
 
     async def main() -> None:
         schedulers = [
-            Scheduler(backend, instance_id=f"i{n}", heartbeat_ms=50, jitter_ms=30)
-            for n in range(3)
+            Scheduler(backend, instance_id=f"i{n}", heartbeat_ms=50, jitter_ms=30) for n in range(3)
         ]
         for s in schedulers:
 
@@ -69,7 +69,7 @@ def test_each_slot_runs_once_across_schedulers() -> None:
     slots = sorted(slot for slot, _ in ran)
     assert len(slots) >= 8
     assert len(slots) == len(set(slots)), "a slot ran twice"
-    assert all(b - a == 100 for a, b in zip(slots, slots[1:], strict=False)), "a slot was missed"
+    assert all(b - a == 100 for a, b in itertools.pairwise(slots)), "a slot was missed"
     assert len({instance for _, instance in ran}) >= 2, "winners should spread"
 
 
@@ -239,10 +239,10 @@ def test_stop_hands_over_to_a_backup_at_once() -> None:
 
 def test_catch_up_latest_and_all() -> None:
     for policy, expected in (("latest", 1), ("all", 3), ("none", 0)):
-        backend = MemoryBackend()
         caught: list[int] = []
+        backend = MemoryBackend()
 
-        async def main(policy: str = policy) -> None:
+        async def main(policy: str, backend: MemoryBackend, caught: list[int]) -> None:
             s = Scheduler(backend, instance_id="solo", catch_up=policy, **FAST)
 
             @s.every("nightly", "1h")
@@ -262,7 +262,7 @@ def test_catch_up_latest_and_all() -> None:
             await asyncio.sleep(0.4)
             await s.stop()
 
-        run(main())
+        run(main(policy, backend, caught))
         assert len(caught) == expected, policy
         assert caught == sorted(caught)
 
@@ -393,7 +393,7 @@ def test_bad_job_definitions() -> None:
         s.every("bad name", "1s", lambda ctx: None)
     with pytest.raises(ConfigurationError, match="job name '' is not valid"):
         s.every("", "1s", lambda ctx: None)
-    with pytest.raises(ConfigurationError, match="job name 'x' \\* 201|is not valid"):
+    with pytest.raises(ConfigurationError, match="is not valid"):
         s.every("x" * 201, "1s", lambda ctx: None)
     with pytest.raises(ConfigurationError, match="interval 10 is not valid"):
         s.every("num", 10, lambda ctx: None)  # type: ignore[call-overload]

@@ -70,8 +70,9 @@ class Cluster:
             if result:
                 return result
             time.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; logs:\n"
-                             + self.logs())
+        raise AssertionError(
+            f"timed out after {timeout}s waiting for {what}; logs:\n" + self.logs()
+        )
 
     def instance_of(self, pid: int) -> str:
         return next(name for name, p in self.procs.items() if p.pid == pid)

@@ -7,6 +7,7 @@ except where a bound is the point (takeover and hand-over speed).
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections import Counter
@@ -60,8 +61,7 @@ def test_each_slot_runs_exactly_once(lease_url: str, tmp_path: Path, processes: 
 
 def test_sigkill_runner_is_taken_over(lease_url: str, tmp_path: Path) -> None:
     jobs = [{"name": "long", "every": "3s", "sleep_s": 1.5}]
-    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE,
-                 jitter_ms=0) as c:
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE, jitter_ms=0) as c:
         c.start_all(3)
         first = c.wait_for(lambda ev: starts(ev, "long"), 8, "first run")[0]
         victim = c.instance_of(first["pid"])
@@ -69,7 +69,9 @@ def test_sigkill_runner_is_taken_over(lease_url: str, tmp_path: Path) -> None:
         killed_at = time.time()
         second = c.wait_for(
             lambda ev: [e for e in starts(ev) if e["slot"] == first["slot"] and e["attempt"] == 2],
-            5, "takeover")[0]
+            5,
+            "takeover",
+        )[0]
         c.wait_for(lambda ev: [e for e in ev if e["e"] == "end" and e["attempt"] == 2], 5, "end")
         c.stop_all()
         history = {r.attempt: r for r in c.history("long") if r.slot == first["slot"]}
@@ -82,17 +84,26 @@ def test_sigkill_runner_is_taken_over(lease_url: str, tmp_path: Path) -> None:
 
 def test_sigstop_runner_is_fenced(lease_url: str, tmp_path: Path) -> None:
     jobs = [{"name": "long", "every": "4s", "sleep_s": 1.0}]
-    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE,
-                 jitter_ms=0) as c:
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE, jitter_ms=0) as c:
         c.start_all(3)
         first = c.wait_for(lambda ev: starts(ev, "long"), 10, "first run")[0]
         frozen = c.instance_of(first["pid"])
         c.signal(frozen, signal.SIGSTOP)
-        c.wait_for(lambda ev: [e for e in ev if e["e"] == "end" and e["attempt"] == 2
-                               and e["slot"] == first["slot"]], 6, "attempt 2 to finish")
+        c.wait_for(
+            lambda ev: [
+                e
+                for e in ev
+                if e["e"] == "end" and e["attempt"] == 2 and e["slot"] == first["slot"]
+            ],
+            6,
+            "attempt 2 to finish",
+        )
         c.signal(frozen, signal.SIGCONT)
-        c.wait_for(lambda ev: [e for e in ev if e["e"] == "end" and e["pid"] == first["pid"]],
-                   5, "the stale runner to end")
+        c.wait_for(
+            lambda ev: [e for e in ev if e["e"] == "end" and e["pid"] == first["pid"]],
+            5,
+            "the stale runner to end",
+        )
         time.sleep(0.3)
         stale_log = (tmp_path / f"{frozen}.log").read_text()
         c.stop_all()
@@ -107,8 +118,9 @@ def test_sigstop_runner_is_fenced(lease_url: str, tmp_path: Path) -> None:
 def test_sigterm_hands_over_before_lease_expiry(lease_url: str, tmp_path: Path) -> None:
     lease = 5000  # a backup waiting for expiry would need 5 s
     jobs = [{"name": "long", "every": "3s", "sleep_s": 30}]
-    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=200, lease_ms=lease,
-                 jitter_ms=0, grace_ms=100) as c:
+    with cluster(
+        lease_url, tmp_path, jobs=jobs, heartbeat_ms=200, lease_ms=lease, jitter_ms=0, grace_ms=100
+    ) as c:
         c.start_all(2)
         first = c.wait_for(lambda ev: starts(ev, "long"), 8, "first run")[0]
         runner = c.instance_of(first["pid"])
@@ -116,7 +128,9 @@ def test_sigterm_hands_over_before_lease_expiry(lease_url: str, tmp_path: Path) 
         sent = time.time()
         second = c.wait_for(
             lambda ev: [e for e in starts(ev) if e["slot"] == first["slot"] and e["attempt"] == 2],
-            4, "hand-over")[0]
+            4,
+            "hand-over",
+        )[0]
         c.procs[runner].wait(3)
         c.stop_all()
         history = {r.attempt: r for r in c.history("long") if r.slot == first["slot"]}
@@ -134,13 +148,19 @@ def test_overlapping_slots_are_skipped(lease_url: str, tmp_path: Path) -> None:
         events = c.events()
         history = c.history("slow")
     runs = sorted(
-        (s["t"], next(e["t"] for e in events if e["e"] == "end" and e["slot"] == s["slot"]
-                      and e["attempt"] == s["attempt"]))
-        for s in starts(events) if any(e["e"] == "end" and e["slot"] == s["slot"]
-                                       for e in events)
+        (
+            s["t"],
+            next(
+                e["t"]
+                for e in events
+                if e["e"] == "end" and e["slot"] == s["slot"] and e["attempt"] == s["attempt"]
+            ),
+        )
+        for s in starts(events)
+        if any(e["e"] == "end" and e["slot"] == s["slot"] for e in events)
     )
     assert len(runs) >= 2
-    for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(runs):
         assert start >= end - 0.05, "two runs of one job overlapped"
     skipped = [r for r in history if r.status == Status.SKIPPED]
     assert len(skipped) >= 4
@@ -166,13 +186,12 @@ def test_catch_up_runs_missed_slots_in_order(lease_url: str, tmp_path: Path) -> 
     assert len(slots) >= 3
     assert slots == sorted(slots) and len(set(slots)) == len(slots)
     assert slots[0] == last + 1000
-    assert all(b - a == 1000 for a, b in zip(slots, slots[1:], strict=False))
+    assert all(b - a == 1000 for a, b in itertools.pairwise(slots))
 
 
 def test_cpu_bound_handler_keeps_its_lease(lease_url: str, tmp_path: Path) -> None:
     jobs = [{"name": "crunch", "every": "4s", "cpu_s": 2 * LEASE / 1000}]
-    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE,
-                 jitter_ms=0) as c:
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE, jitter_ms=0) as c:
         c.start_all(2)
         first = c.wait_for(lambda ev: starts(ev, "crunch"), 8, "first run")[0]
         c.wait_for(lambda ev: [e for e in ev if e["e"] == "end"], 5, "end")

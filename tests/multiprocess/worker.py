@@ -33,8 +33,16 @@ def make_handler(events: str, spec: dict[str, Any]) -> Any:
     cpu_s = float(spec.get("cpu_s", 0))
 
     def record(ctx: RunContext, what: str, **extra: Any) -> None:
-        emit(events, e=what, job=ctx.job, slot=ctx.slot, attempt=ctx.attempt,
-             origin=str(ctx.origin), instance=ctx.instance_id, **extra)
+        emit(
+            events,
+            e=what,
+            job=ctx.job,
+            slot=ctx.slot,
+            attempt=ctx.attempt,
+            origin=str(ctx.origin),
+            instance=ctx.instance_id,
+            **extra,
+        )
 
     if spec.get("kind", "sync") == "async":
 
@@ -61,15 +69,17 @@ def make_handler(events: str, spec: dict[str, Any]) -> Any:
 def main() -> None:
     spec = json.loads(os.environ["ANARCHON_TEST_SPEC"])
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
+        level=logging.INFO,
+        stream=sys.stderr,
         format=f"%(asctime)s {spec['instance_id']} %(levelname)s %(message)s",
     )
     scheduler = Scheduler(
         spec["backend"], instance_id=spec["instance_id"], **spec.get("scheduler", {})
     )
     for job in spec["jobs"]:
-        scheduler.every(job["name"], job["every"], make_handler(spec["events"], job),
-                        **job.get("options", {}))
+        scheduler.every(
+            job["name"], job["every"], make_handler(spec["events"], job), **job.get("options", {})
+        )
 
     async def serve() -> None:
         import signal

@@ -1,0 +1,245 @@
+"""The attempts this instance runs: the handler call, heartbeats, fencing, finish, hand-over.
+
+Every held attempt is in :attr:`Attempts.held` from the moment its claim or takeover
+was won until its outcome is recorded, so that its lease keeps being extended while
+the finish mark is (re)sent. The heartbeat is one batched store call per period for
+all held attempts; each acknowledgement re-arms a timer at ``lease_ms −
+heartbeat_ms`` that fences the runner itself if the store stops answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ._execution import describe_exception, start_handler
+from ._support import EngineConfig, EngineLog, retry_store
+from .backend import Backend, Lease
+from .context import RunContext
+from .job import Job
+from .records import Origin, Status
+
+__all__ = ["Attempt", "Attempts"]
+
+MAX_META_BYTES = 1024
+
+
+@dataclass(eq=False)
+class Attempt:
+    """An attempt this instance runs."""
+
+    job: Job
+    lease: Lease
+    ctx: RunContext
+    last_ack: float
+    future: asyncio.Future[Any] | None = None
+    deadline: asyncio.TimerHandle | None = None
+    lost: bool = False
+    done: bool = False
+    released: bool = False
+
+
+class Attempts:
+    """Runs won attempts and keeps their leases."""
+
+    def __init__(self, backend: Backend, config: EngineConfig, log: EngineLog) -> None:
+        self.backend = backend
+        self.config = config
+        self.log = log
+        self.stats = config.stats
+        self.held: dict[tuple[str, int], Attempt] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._lease = backend.capabilities.lease
+
+    def start(self, job: Job, lease: Lease, origin: Origin, jitter: int) -> asyncio.Task[Any]:
+        """Run a won attempt in a task of its own and return that task."""
+        ctx = RunContext(
+            job=job.name,
+            slot=lease.slot,
+            attempt=lease.attempt,
+            instance_id=self.config.instance_id,
+            origin=origin,
+            loop=asyncio.get_running_loop(),
+            logger=self.config.logger,
+        )
+        ctx.jitter_ms = jitter
+        attempt = Attempt(job, lease, ctx, last_ack=time.monotonic())
+        if self._lease:
+            self.held[(lease.job, lease.slot)] = attempt
+            self._arm_self_fence(attempt)
+        task = asyncio.ensure_future(self._run(attempt))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _run(self, attempt: Attempt) -> None:
+        job, lease, ctx = attempt.job, attempt.lease, attempt.ctx
+        self.log.info(job, lease.slot, lease.attempt, "run started (%s)", ctx.origin)
+        try:
+            status, error = await self._call(attempt)
+            if attempt.lost or attempt.released:
+                self.log.warn(
+                    job,
+                    lease.slot,
+                    lease.attempt,
+                    "run ended after losing its lease (%s): outcome not recorded",
+                    ctx.cancel_reason,
+                )
+                return
+            retry_in = self._retry_delay(job, lease.attempt) if status == Status.FAILED else None
+            log = self.log.info if status == Status.SUCCESS else self.log.warn
+            log(job, lease.slot, lease.attempt, "run %s%s", status, f": {error}" if error else "")
+            self.stats[f"run_{status}"] += 1
+            await self._finish(attempt, status, error, retry_in)
+        finally:
+            attempt.done = True
+            if attempt.deadline is not None:
+                attempt.deadline.cancel()
+            self.held.pop((lease.job, lease.slot), None)
+
+    async def _call(self, attempt: Attempt) -> tuple[Status, str | None]:
+        job, ctx = attempt.job, attempt.ctx
+        try:
+            future = start_handler(job, ctx)
+        except Exception as exc:  # an async handler that raised before its first await
+            return Status.FAILED, describe_exception(exc)
+        attempt.future = future
+        timeout_ms = job.options.timeout_ms
+        try:
+            done, _ = await asyncio.wait(
+                {future}, timeout=timeout_ms / 1000 if timeout_ms else None
+            )
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        if not done:
+            self._signal(attempt, "timeout")
+            return Status.FAILED, f"timed out after {timeout_ms} ms"
+        if future.cancelled():
+            return Status.FAILED, f"cancelled ({ctx.cancel_reason or 'by the handler'})"
+        error = future.exception()
+        if error is not None:
+            return Status.FAILED, describe_exception(error)
+        return Status.SUCCESS, None
+
+    def _retry_delay(self, job: Job, attempt: int) -> int | None:
+        """Retry after a failure while retries and attempts remain (lease backends)."""
+        options = job.options
+        if not self._lease or attempt > options.retries or attempt >= options.max_attempts:
+            return None
+        delay: int = options.retry_backoff_ms * 2 ** (attempt - 1)
+        return delay
+
+    async def _finish(
+        self, attempt: Attempt, status: Status, error: str | None, retry_in: int | None
+    ) -> None:
+        if not self.backend.capabilities.finish:
+            return
+        meta = bounded_meta(attempt.ctx.meta)
+        ok = await retry_store(
+            lambda: self.backend.finish(
+                attempt.lease, status, error=error, meta=meta, retry_in_ms=retry_in
+            ),
+            what="finish",
+            config=self.config,
+            log=self.log,
+        )
+        if ok is False:
+            self.stats["fenced_finish"] += 1
+            self.log.warn(
+                attempt.job,
+                attempt.lease.slot,
+                attempt.lease.attempt,
+                "finish rejected: this attempt was fenced",
+            )
+
+    def _signal(self, attempt: Attempt, reason: str) -> None:
+        attempt.ctx._cancel(reason)
+        if attempt.job.is_async and attempt.future is not None:
+            attempt.future.cancel()
+
+    # -- leases ------------------------------------------------------------------
+    def _arm_self_fence(self, attempt: Attempt) -> None:
+        """Stop a runner before any backup could take over if its heartbeats go unanswered."""
+        if attempt.deadline is not None:
+            attempt.deadline.cancel()
+        limit = (self.config.lease_ms - self.config.heartbeat_ms) / 1000
+        loop = asyncio.get_running_loop()
+        when = loop.time() + limit - (time.monotonic() - attempt.last_ack)
+        attempt.deadline = loop.call_at(when, self._lose, attempt, "no heartbeat acknowledged")
+
+    def _lose(self, attempt: Attempt, reason: str) -> None:
+        if attempt.done or attempt.lost:
+            return
+        attempt.lost = True
+        self.stats["lost_lease"] += 1
+        self.log.warn(
+            attempt.job, attempt.lease.slot, attempt.lease.attempt, "lost the run: %s", reason
+        )
+        self._signal(attempt, f"lease lost: {reason}")
+
+    async def heartbeat_loop(self) -> None:
+        """Extend every held lease once per heartbeat period, in one batched call."""
+        period = self.config.heartbeat_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            held = [a for a in self.held.values() if not (a.done or a.lost)]
+            if not held:
+                continue
+            sent = time.monotonic()
+            try:
+                verdicts = await self.backend.heartbeat(
+                    [a.lease for a in held], self.config.lease_ms
+                )
+            except Exception as exc:
+                self.stats["store_errors"] += 1
+                self.log.warn(None, None, None, "heartbeat failed: %s", exc)
+                continue
+            for attempt, ok in zip(held, verdicts, strict=True):
+                if attempt.done or attempt.released:
+                    continue
+                if ok:
+                    attempt.last_ack = sent
+                    self._arm_self_fence(attempt)
+                else:
+                    self.stats["fenced_heartbeat"] += 1
+                    self._lose(attempt, "heartbeat rejected by the store")
+
+    async def hand_over(self) -> None:
+        """Cancel what still runs and release its leases so that a backup starts at once."""
+        remaining = [a for a in self.held.values() if not a.done]
+        for attempt in remaining:
+            attempt.released = True
+            self._signal(attempt, "stopping")
+        if self._lease and remaining:
+            results = await asyncio.gather(
+                *(self.backend.release(a.lease) for a in remaining), return_exceptions=True
+            )
+            for attempt, result in zip(remaining, results, strict=True):
+                where = (attempt.job, attempt.lease.slot, attempt.lease.attempt)
+                if isinstance(result, BaseException):
+                    self.log.warn(
+                        *where,
+                        "could not release the lease at stop (a backup "
+                        "takes over after expiry): %s",
+                        result,
+                    )
+                else:
+                    self.stats["handed_over"] += 1
+                    self.log.info(*where, "handed over at stop")
+        for task in list(self.tasks):
+            task.cancel()
+
+
+def bounded_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """``ctx.meta`` as stored: JSON-serialisable and at most :data:`MAX_META_BYTES`."""
+    try:
+        size = len(json.dumps(meta).encode())
+    except (TypeError, ValueError) as exc:
+        return {"meta_error": f"ctx.meta is not JSON-serialisable: {exc}"}
+    if size > MAX_META_BYTES:
+        return {"meta_error": f"ctx.meta is {size} bytes; at most {MAX_META_BYTES} are kept"}
+    return dict(meta)
