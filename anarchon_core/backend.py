@@ -201,9 +201,9 @@ class Backend(ABC):
     ) -> bool:
         """Record the attempt's outcome, only if ``lease.token`` still holds the run.
 
-        ``status`` is ``success`` or ``failed``. With ``retry_in_ms`` (failed only) the
-        run stays open: any instance may take attempt + 1 once ``now >= retry time``
-        (see :meth:`due_runs`). Returns ``False`` (and changes nothing) for a stale
+        ``status`` is ``success`` or ``failed``; ``meta`` is a JSON-serialisable dict.
+        With ``retry_in_ms`` (failed only) the run stays open: any instance may take
+        attempt + 1 once ``now >= retry time`` (see :meth:`due_runs`). Returns ``False`` (and changes nothing) for a stale
         token; repeating a finish with the same token and status returns ``True``.
         """
         raise self._no_lease("finish")
@@ -232,7 +232,8 @@ class Backend(ABC):
         ``running``, becomes ``interrupted``); ``TAKEN`` if the attempt moved on or the
         lease is live again; ``EXHAUSTED`` if ``request.attempt >= max_attempts`` (the
         run ends ``interrupted``); ``EXPIRED`` if past the horizon (likewise ended);
-        ``BLOCKED`` if ``skip_overlap`` and another run of the job is live.
+        ``BLOCKED`` if ``skip_overlap`` and another run of the job is live. A due retry
+        that may not run (exhausted or expired) ends ``failed``: its failure stands.
         """
         raise self._no_lease("takeover")
 
@@ -251,8 +252,9 @@ class Backend(ABC):
     async def prune(self, older_than_ms: int) -> int:
         """Delete terminal records of slots older than ``older_than_ms`` (epoch ms).
 
-        Never deletes a job's latest record nor any non-terminal record. Returns the
-        number of history records deleted.
+        Never deletes a job's latest record, its latest scheduled or catch-up run (the
+        start of catch-up), nor any non-terminal record. Returns the number of history
+        records deleted.
         """
         return 0
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .errors import ConfigurationError
+
 __all__ = [
     "TERMINAL_STATUSES",
     "HistoryQuery",
@@ -124,6 +126,12 @@ class HistoryQuery:
     since: int | None = None  # slot >= since
     until: int | None = None  # slot < until
     limit: int = 100
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
+            raise ConfigurationError(
+                f"history limit {self.limit!r} is not valid: give an integer >= 0"
+            )
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:

@@ -67,7 +67,7 @@ SCHEMA = (
     """,
     """
     CREATE INDEX IF NOT EXISTS anarchon_attempts_status
-        ON anarchon_attempts (status, slot DESC)
+        ON anarchon_attempts (status, slot DESC, job, attempt DESC)
     """,
     """
     CREATE TABLE IF NOT EXISTS anarchon_jobs (
@@ -149,15 +149,16 @@ FROM anarchon_attempts
 """
 HISTORY_ORDER = " ORDER BY slot DESC, job ASC, attempt DESC LIMIT ?"
 
+# The two kept slots (latest record, latest scheduled run) may be NULL: hence IS NOT.
 PRUNE_JOBS = "SELECT job FROM anarchon_attempts UNION SELECT job FROM anarchon_runs"
 LATEST_SLOT = "SELECT max(slot) FROM anarchon_attempts WHERE job = ?"
 PRUNE_ATTEMPTS = f"""
 DELETE FROM anarchon_attempts
-WHERE job = ? AND slot < ? AND slot NOT IN (?, ?) AND status IN ({_TERMINAL})
+WHERE job = ? AND slot < ? AND slot IS NOT ? AND slot IS NOT ? AND status IN ({_TERMINAL})
 """
 PRUNE_RUNS = f"""
 DELETE FROM anarchon_runs
-WHERE job = ? AND slot < ? AND slot NOT IN (?, ?) AND state IN ({_TERMINAL})
+WHERE job = ? AND slot < ? AND slot IS NOT ? AND slot IS NOT ? AND state IN ({_TERMINAL})
 """
 
 

@@ -291,7 +291,7 @@ class MemoryBackend(Backend):
         ]
         for key in doomed:
             del self._records[key]
-        for key in [k for k, r in self._runs.items() if k[1] < older_than_ms]:
-            if self._runs[key].state in TERMINAL_STATUSES and key not in keep:
-                del self._runs[key]
+        for run_key in [k for k, r in self._runs.items() if k[1] < older_than_ms]:
+            if self._runs[run_key].state in TERMINAL_STATUSES and run_key not in keep:
+                del self._runs[run_key]
         return len(doomed)

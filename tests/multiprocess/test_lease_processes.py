@@ -139,6 +139,21 @@ def test_sigterm_hands_over_before_lease_expiry(lease_url: str, tmp_path: Path) 
     assert history[1].error == "handed over"
 
 
+def test_stop_abandons_a_stubborn_sync_handler(lease_url: str, tmp_path: Path) -> None:
+    """A sync handler that ignores ctx cannot keep a stopping process alive past its grace."""
+    jobs = [{"name": "stubborn", "every": "2s", "stubborn_s": 60}]
+    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=200, jitter_ms=0, grace_ms=300) as c:
+        c.start_all(2)
+        first = c.wait_for(lambda ev: starts(ev, "stubborn"), 6, "first run")[0]
+        runner = c.instance_of(first["pid"])
+        c.signal(runner, signal.SIGTERM)
+        sent = time.monotonic()
+        assert c.procs[runner].wait(5) == 0
+        exited_after = time.monotonic() - sent
+        c.wait_for(lambda ev: [e for e in starts(ev) if e["attempt"] == 2], 4, "hand-over")
+    assert exited_after < 0.3 + 1.5
+
+
 def test_overlapping_slots_are_skipped(lease_url: str, tmp_path: Path) -> None:
     jobs = [{"name": "slow", "every": "300ms", "sleep_s": 1.0}]
     with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, jitter_ms=50) as c:

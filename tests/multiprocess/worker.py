@@ -31,6 +31,7 @@ def emit(path: str, **event: Any) -> None:
 def make_handler(events: str, spec: dict[str, Any]) -> Any:
     sleep_s = float(spec.get("sleep_s", 0))
     cpu_s = float(spec.get("cpu_s", 0))
+    stubborn_s = float(spec.get("stubborn_s", 0))  # sleeps ignoring the cancellation signal
 
     def record(ctx: RunContext, what: str, **extra: Any) -> None:
         emit(
@@ -60,6 +61,7 @@ def make_handler(events: str, spec: dict[str, Any]) -> Any:
             n = 0
             while time.monotonic() < deadline:  # pure-Python CPU work, holding the GIL
                 n += sum(i * i for i in range(2000))
+        time.sleep(stubborn_s)
         cancelled = ctx.wait(sleep_s) if sleep_s else False
         record(ctx, "end", cancelled=ctx.cancel_reason if cancelled else None)
 

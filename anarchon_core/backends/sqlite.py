@@ -1,0 +1,475 @@
+"""The SQLite lease backend: the embedded default, one file shared by a host's processes.
+
+Every decision of the contract is one ``BEGIN IMMEDIATE`` transaction, so the
+processes sharing the file serialise on SQLite's write lock exactly where the
+in-memory reference serialises on the event loop; the decisions mirror
+:mod:`anarchon_core.backends.memory` step for step. The store's clock is the host's
+wall clock, read inside each transaction (every process on one host shares it).
+
+``sqlite3`` blocks, so each backend owns one worker thread holding its connection
+and every statement runs there, never on the event loop. The file uses WAL (readers
+never wait for the writer) with ``synchronous=NORMAL`` (a commit survives a process
+crash; a power loss may lose the last commits, which the lease protocol tolerates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from ..backend import (
+    SCHEMA_VERSION,
+    Backend,
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    DueRun,
+    Lease,
+    TakeoverRequest,
+    bound_error,
+)
+from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
+from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from . import _sqlite_sql as sql
+from .memory import EARLY_TOLERANCE_MS, wall_clock_ms
+
+__all__ = ["SqliteBackend"]
+
+T = TypeVar("T")
+
+_URL_FORMS = "'sqlite:///relative/path.db' (from the working directory) or 'sqlite:////abs/path.db'"
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_MIN_BUSY_RETRIES = 3
+_MAX_IN_PARAMS = 500  # stays below SQLITE_MAX_VARIABLE_NUMBER on every SQLite build
+
+
+class SqliteBackend(Backend):
+    """A lease backend on one SQLite file; several processes on one host may share it.
+
+    ``busy_timeout_ms`` bounds how long an operation waits for another process's
+    write lock before the store counts as unavailable.
+    """
+
+    capabilities = Capabilities(lease=True, store_clock=True, finish=True)
+    name = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+        valid = isinstance(busy_timeout_ms, int) and not isinstance(busy_timeout_ms, bool)
+        if not valid or busy_timeout_ms <= 0:
+            raise ConfigurationError(
+                f"busy_timeout_ms {busy_timeout_ms!r} is not valid: give a positive int (ms)"
+            )
+        self.path = os.fspath(path)
+        if self.path:  # relative paths mean the working directory of the definition
+            self.path = os.path.abspath(self.path)
+        else:
+            raise ConfigurationError(f"SQLite path {path!r} is not valid: give a file path")
+        self.busy_timeout_ms = busy_timeout_ms
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteBackend:
+        """``sqlite:///relative.db`` (from the working directory) or ``sqlite:////abs.db``."""
+        from . import mask_url  # the package imports this module lazily, so no cycle
+
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            parts = None
+        if (
+            parts is None
+            or parts.scheme != "sqlite"
+            or not url.startswith("sqlite:///")
+            or parts.netloc
+            or parts.query
+            or parts.fragment
+            or parts.path in ("", "/")
+            or parts.path.endswith("/")
+        ):
+            raise ConfigurationError(
+                f"SQLite backend URL {mask_url(url)!r} is not valid: use {_URL_FORMS}"
+            )
+        return cls(parts.path[1:])
+
+    def describe(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    # -- life cycle --------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect in the worker thread and create the layout (idempotent, race-safe)."""
+        if self._executor is not None:
+            return
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anarchon-sqlite")
+        connecting = executor.submit(self._guarded, self._connect)
+        try:
+            conn = await asyncio.wrap_future(connecting)
+        except BaseException:
+            # Cancelled mid-connect: close the connection the thread still makes.
+            connecting.add_done_callback(_close_connection)
+            executor.shutdown(wait=False)
+            raise
+        self._executor, self._conn = executor, conn
+
+    async def close(self) -> None:
+        executor, conn = self._executor, self._conn
+        if executor is None or conn is None:
+            return
+        self._executor = self._conn = None  # later calls fail fast instead of queueing
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+        finally:
+            executor.shutdown(wait=True)  # the queue is empty: the thread exits at once
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout_ms / 1000,
+            isolation_level=None,  # explicit transactions only
+            check_same_thread=False,  # created here, used only by the worker thread
+        )
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            _transaction(conn, _create_layout)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    # -- the worker thread ---------------------------------------------------------
+    async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        executor, conn = self._executor, self._conn
+        if executor is None or conn is None:
+            raise BackendError(f"{self.describe()} is not open: await open() first")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._guarded, partial(op, conn))
+
+    async def _write(self, decide: Callable[[sqlite3.Connection, int], T]) -> T:
+        """Run ``decide(conn, now)`` as one ``BEGIN IMMEDIATE`` transaction."""
+        return await self._call(partial(_transaction, decide=decide))
+
+    def _guarded(self, op: Callable[[], T]) -> T:
+        """Run ``op`` in the worker thread, retrying busy answers; convert driver errors.
+
+        SQLite's busy handler already waits up to ``busy_timeout_ms`` for a lock; some
+        answers come back busy without waiting (WAL recovery, the journal-mode switch
+        of a concurrent first open), so they are retried here within the same budget.
+        """
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay, tries = 0.002, 0
+        while True:
+            try:
+                return op()
+            except sqlite3.OperationalError as exc:
+                tries += 1
+                if _is_busy(exc) and (tries <= _MIN_BUSY_RETRIES or time.monotonic() < deadline):
+                    time.sleep(random.uniform(delay / 2, delay))
+                    delay = min(delay * 2, 0.1)
+                    continue
+                raise BackendUnavailable(f"SQLite store {self.describe()}: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise BackendError(f"SQLite store {self.describe()}: {exc}") from exc
+
+    async def now_ms(self) -> int:
+        return wall_clock_ms()
+
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
+        await self._write(lambda conn, _now: conn.execute(sql.SET_PAUSED, (job, int(paused))))
+
+    # -- the claim ---------------------------------------------------------------
+    async def claim(self, request: ClaimRequest) -> Claim:
+        return await self._write(partial(_claim, request=request))
+
+    # -- lease operations ----------------------------------------------------------
+    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
+        if not leases:
+            return []
+
+        def decide(conn: sqlite3.Connection, now: int) -> list[bool]:
+            return [
+                conn.execute(
+                    sql.HEARTBEAT,
+                    (now + lease_ms, lease.job, lease.slot, lease.attempt, lease.token),
+                ).rowcount
+                == 1
+                for lease in leases
+            ]
+
+        return await self._write(decide)
+
+    async def finish(
+        self,
+        lease: Lease,
+        status: Status,
+        *,
+        error: str | None = None,
+        meta: dict[str, Any] | None = None,
+        retry_in_ms: int | None = None,
+    ) -> bool:
+        try:
+            meta_json = json.dumps(meta or {}, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
+            ) from exc
+        error = bound_error(error)
+
+        def decide(conn: sqlite3.Connection, now: int) -> bool:
+            key = (lease.job, lease.slot)
+            state = _held_state(conn, lease)
+            if state is None:
+                return False
+            if state != Status.RUNNING:  # an idempotent repeat, or a different outcome
+                row = conn.execute(sql.ATTEMPT_STATUS, (*key, lease.attempt)).fetchone()
+                return row is not None and row[0] == str(status)
+            new_state, retry_at = str(status), None
+            if retry_in_ms is not None and status == Status.FAILED:
+                new_state, retry_at = sql.WAITING, now + retry_in_ms
+            conn.execute(sql.FINISH_RUN, (new_state, retry_at, *key))
+            conn.execute(
+                sql.FINISH_ATTEMPT, (str(status), now, error, meta_json, *key, lease.attempt)
+            )
+            return True
+
+        return await self._write(decide)
+
+    async def release(self, lease: Lease) -> bool:
+        def decide(conn: sqlite3.Connection, now: int) -> bool:
+            if _held_state(conn, lease) != Status.RUNNING:
+                return False
+            # Forgetting the token fences the runner: its later heartbeats and finish fail.
+            conn.execute(sql.RELEASE_RUN, (now, lease.job, lease.slot))
+            conn.execute(
+                sql.INTERRUPT_ATTEMPT, (now, "handed over", lease.job, lease.slot, lease.attempt, 0)
+            )
+            return True
+
+        return await self._write(decide)
+
+    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
+        names = sorted(set(jobs))
+        if not names:
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[DueRun]:
+            now = wall_clock_ms()
+            due: list[DueRun] = []
+            for start in range(0, len(names), _MAX_IN_PARAMS):
+                chunk = names[start : start + _MAX_IN_PARAMS]
+                rows = conn.execute(sql.due_runs(len(chunk)), (*chunk, now, now))
+                for job, slot, attempt, origin, state in rows:
+                    expired = state == Status.RUNNING
+                    reason: Literal["expired", "retry"] = "expired" if expired else "retry"
+                    due.append(DueRun(job, slot, attempt, Origin(origin), reason))
+            return due
+
+        return await self._call(read)
+
+    async def take_over(self, request: TakeoverRequest) -> Claim:
+        return await self._write(partial(_take_over, request=request))
+
+    async def last_scheduled_slot(self, job: str) -> int | None:
+        def read(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(sql.LAST_SCHEDULED_SLOT, (job,)).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._call(read)
+
+    # -- history -----------------------------------------------------------------
+    async def history(self, query: HistoryQuery) -> list[RunRecord]:
+        where: list[str] = []
+        params: list[object] = []
+        for clause, value in (
+            ("job = ?", query.job),
+            ("status = ?", None if query.status is None else str(query.status)),
+            ("slot >= ?", query.since),
+            ("slot < ?", query.until),
+        ):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        text = sql.HISTORY_COLUMNS
+        if where:
+            text += " WHERE " + " AND ".join(where)
+        text += sql.HISTORY_ORDER
+        params.append(max(query.limit, 0))
+
+        def read(conn: sqlite3.Connection) -> list[RunRecord]:
+            return [_record(row) for row in conn.execute(text, params)]
+
+        return await self._call(read)
+
+    async def prune(self, older_than_ms: int) -> int:
+        return await self._write(partial(_prune, older_than_ms=older_than_ms))
+
+
+# -- decisions: each runs inside one BEGIN IMMEDIATE transaction ------------------------
+def _transaction(conn: sqlite3.Connection, decide: Callable[[sqlite3.Connection, int], T]) -> T:
+    """Take the write lock first, then read the clock: the decision sees its own moment."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = decide(conn, wall_clock_ms())
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _create_layout(conn: sqlite3.Connection, _now: int) -> None:
+    conn.execute(sql.META_TABLE)
+    row = conn.execute(sql.GET_VERSION).fetchone()
+    try:
+        version = None if row is None else int(row[0])
+    except ValueError:
+        raise BackendError(f"the SQLite store's schema version {row[0]!r} is unreadable") from None
+    if version is not None and version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the SQLite store holds schema version {version}, newer than version "
+            f"{SCHEMA_VERSION} known to this anarchon: upgrade anarchon to use it"
+        )
+    for statement in sql.SCHEMA:
+        conn.execute(statement)
+    if version is None:
+        conn.execute(sql.SET_VERSION, (str(SCHEMA_VERSION),))
+
+
+def _claim(conn: sqlite3.Connection, now: int, *, request: ClaimRequest) -> Claim:
+    job, slot = request.job, request.slot
+    run = conn.execute(sql.GET_RUN, (job, slot)).fetchone()
+    if run is not None:
+        mine = run[3] == request.token and run[2] == 1
+        return Claim(Outcome.WON if mine else Outcome.TAKEN, 1 if mine else 0, now)
+    if slot < now - request.horizon_ms:
+        return Claim(Outcome.EXPIRED, store_now=now)
+    if slot > now + EARLY_TOLERANCE_MS:
+        return Claim(Outcome.EARLY, store_now=now)
+    origin, fingerprint = str(request.origin), request.fingerprint
+    nothing_ran: tuple[Status, Outcome] | None = None
+    if conn.execute(sql.IS_PAUSED, (job,)).fetchone() is not None:
+        nothing_ran = Status.PAUSED, Outcome.PAUSED
+    elif request.skip_overlap and _live_run(conn, job, now, exclude=slot):
+        nothing_ran = Status.SKIPPED, Outcome.SKIPPED
+    if nothing_ran is not None:  # recorded once (attempt 0): later claims are TAKEN
+        status, outcome = nothing_ran
+        conn.execute(sql.INSERT_RUN, (job, slot, origin, status.value, 0, None, 0, fingerprint))
+        conn.execute(
+            sql.INSERT_ATTEMPT,
+            (job, slot, 0, origin, status.value, request.instance_id, now, None, now),
+        )
+        return Claim(outcome, store_now=now)
+    lease_expires = now + request.lease_ms
+    conn.execute(
+        sql.INSERT_RUN,
+        (job, slot, origin, Status.RUNNING.value, 1, request.token, lease_expires, fingerprint),
+    )
+    conn.execute(
+        sql.INSERT_ATTEMPT,
+        (job, slot, 1, origin, Status.RUNNING.value, request.instance_id, now, now, None),
+    )
+    return Claim(Outcome.WON, 1, now)
+
+
+def _take_over(conn: sqlite3.Connection, now: int, *, request: TakeoverRequest) -> Claim:
+    key = (request.job, request.slot)
+    run = conn.execute(sql.GET_RUN, key).fetchone()
+    if run is None:
+        return Claim(Outcome.TAKEN, store_now=now)
+    origin, state, attempt, token, lease_expires, retry_at = run
+    if token == request.token and attempt == request.attempt + 1:
+        return Claim(Outcome.WON, attempt, now)  # ambiguous repeat: this token won
+    expired = state == Status.RUNNING and lease_expires <= now
+    retry_due = state == sql.WAITING and retry_at <= now
+    if attempt != request.attempt or not (expired or retry_due):
+        return Claim(Outcome.TAKEN, store_now=now)
+    exhausted = request.attempt >= request.max_attempts
+    if exhausted or request.slot < now - request.horizon_ms:
+        if expired:
+            _interrupt(conn, request, now)
+        # A due retry that may not run keeps its failure; a dead runner's run is interrupted.
+        ended = Status.INTERRUPTED if expired else Status.FAILED
+        conn.execute(sql.END_RUN, (ended.value, *key))
+        return Claim(Outcome.EXHAUSTED if exhausted else Outcome.EXPIRED, store_now=now)
+    if request.skip_overlap and _live_run(conn, request.job, now, exclude=request.slot):
+        return Claim(Outcome.BLOCKED, store_now=now)
+    _interrupt(conn, request, now)
+    attempt += 1
+    conn.execute(sql.TAKE_OVER_RUN, (attempt, request.token, now + request.lease_ms, *key))
+    conn.execute(
+        sql.INSERT_ATTEMPT,
+        (*key, attempt, origin, Status.RUNNING.value, request.instance_id, now, now, None),
+    )
+    return Claim(Outcome.WON, attempt, now)
+
+
+def _prune(conn: sqlite3.Connection, _now: int, *, older_than_ms: int) -> int:
+    # Per job keep the slot of its latest record and its latest scheduled run: the
+    # second anchors catch-up (last_scheduled_slot), which a manual run must not move.
+    deleted = 0
+    for (job,) in conn.execute(sql.PRUNE_JOBS).fetchall():
+        latest = conn.execute(sql.LATEST_SLOT, (job,)).fetchone()[0]
+        anchor = conn.execute(sql.LAST_SCHEDULED_SLOT, (job,)).fetchone()
+        keep = (latest, None if anchor is None else anchor[0])
+        deleted += conn.execute(sql.PRUNE_ATTEMPTS, (job, older_than_ms, *keep)).rowcount
+        conn.execute(sql.PRUNE_RUNS, (job, older_than_ms, *keep))
+    return deleted
+
+
+def _held_state(conn: sqlite3.Connection, lease: Lease) -> str | None:
+    """The run's state if ``lease`` still holds it (attempt and token match), else None."""
+    row = conn.execute(
+        sql.HELD_STATE, (lease.job, lease.slot, lease.attempt, lease.token)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _live_run(conn: sqlite3.Connection, job: str, now: int, *, exclude: int) -> bool:
+    return conn.execute(sql.LIVE_RUN, (job, now, exclude)).fetchone() is not None
+
+
+def _interrupt(conn: sqlite3.Connection, request: TakeoverRequest, now: int) -> None:
+    """End the dead attempt's record as interrupted, unless it already has an outcome."""
+    params = (now, "lease expired", request.job, request.slot, request.attempt, 1)
+    conn.execute(sql.INTERRUPT_ATTEMPT, params)
+
+
+def _record(row: tuple[Any, ...]) -> RunRecord:
+    job, slot, attempt, origin, status, instance_id, claimed, started, finished, error, meta = row
+    return RunRecord(
+        job,
+        slot,
+        attempt,
+        Origin(origin),
+        Status(status),
+        instance_id,
+        claimed,
+        started,
+        finished,
+        error,
+        json.loads(meta),
+    )
+
+
+def _close_connection(future: Future[sqlite3.Connection]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    message = str(exc)
+    return "locked" in message or "busy" in message

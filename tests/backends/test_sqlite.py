@@ -1,0 +1,397 @@
+"""What only the SQLite backend promises: URLs, its layout, and many processes on one file.
+
+The multi-process tests use the ``spawn`` start method: each worker is a fresh
+interpreter with its own connection, as separate service processes would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import secrets
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import closing
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
+from anarchon_core.backends import _sqlite_sql as sql
+from anarchon_core.backends import backend_from_url
+from anarchon_core.backends.sqlite import SqliteBackend
+from anarchon_core.errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    SchemaVersionError,
+)
+from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
+
+HOUR = 3_600_000
+
+
+def claim_request(slot: int, token: str, job: str = "job") -> ClaimRequest:
+    return ClaimRequest(
+        job=job,
+        slot=slot,
+        origin=Origin.SCHEDULE,
+        token=token,
+        instance_id=f"worker:{token[:6]}",
+        lease_ms=60_000,
+        horizon_ms=HOUR,
+        skip_overlap=False,
+    )
+
+
+# -- URLs and construction -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///anarchon.sqlite3", "anarchon.sqlite3"),
+        ("sqlite:///data/jobs.db", "data/jobs.db"),
+        ("sqlite:////var/lib/anarchon/jobs.db", "/var/lib/anarchon/jobs.db"),
+    ],
+)
+def test_url_forms(url: str, path: str) -> None:
+    backend = backend_from_url(url)
+    assert isinstance(backend, SqliteBackend)
+    assert backend.path == os.path.abspath(path)  # resolved once, at definition
+    assert backend.describe() == f"sqlite:///{os.path.abspath(path)}"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://host/x.db",
+        "sqlite://",
+        "sqlite:///",
+        "sqlite:////",
+        "sqlite:///data/",
+        "sqlite:///x.db?mode=ro",
+        "sqlite:x.db",
+        "postgresql:///x.db",
+    ],
+)
+def test_bad_url_names_the_url_and_the_accepted_forms(url: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SqliteBackend.from_url(url)
+    message = str(caught.value)
+    assert repr(url) in message
+    assert "sqlite:///relative/path.db" in message and "sqlite:////abs/path.db" in message
+
+
+def test_bad_url_masks_credentials() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        backend_from_url("sqlite://user:secret@host/x.db")
+    assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("timeout", [0, -5, 1.5, True, "5000"])
+def test_bad_busy_timeout(tmp_path: Path, timeout: Any) -> None:
+    with pytest.raises(ConfigurationError, match="busy_timeout_ms"):
+        SqliteBackend(tmp_path / "x.db", busy_timeout_ms=timeout)
+
+
+async def test_relative_url_is_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    backend = SqliteBackend.from_url("sqlite:///rel.sqlite3")
+    await backend.open()
+    await backend.close()
+    assert (tmp_path / "rel.sqlite3").is_file()
+
+
+# -- life cycle and layout ---------------------------------------------------------
+async def test_open_close_reopen_keeps_the_data(tmp_path: Path) -> None:
+    backend = SqliteBackend(tmp_path / "x.db")
+    with pytest.raises(BackendError, match="not open"):
+        await backend.claim(claim_request(0, "t"))
+    await backend.open()
+    await backend.open()  # idempotent
+    now = await backend.now_ms()
+    assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+    await backend.close()
+    await backend.close()  # idempotent
+    with pytest.raises(BackendError, match="not open"):
+        await backend.history(HistoryQuery())
+    await backend.open()
+    try:
+        assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+        assert len(await backend.history(HistoryQuery())) == 1
+    finally:
+        await backend.close()
+
+
+async def test_open_cancelled_mid_connect_leaves_the_backend_closed(tmp_path: Path) -> None:
+    backend = SqliteBackend(tmp_path / "x.db")
+    opening = asyncio.ensure_future(backend.open())
+    await asyncio.sleep(0)
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    with pytest.raises(BackendError, match="not open"):
+        await backend.history(HistoryQuery())
+    await backend.open()
+    await backend.close()
+
+
+async def test_file_uses_wal_and_records_the_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+    await backend.close()
+    with _connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute(sql.GET_VERSION).fetchall() == [(str(SCHEMA_VERSION),)]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"anarchon_meta", "anarchon_runs", "anarchon_attempts", "anarchon_jobs"} <= tables
+
+
+async def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+    await backend.close()
+    with _connect(path) as conn:
+        conn.execute("UPDATE anarchon_meta SET value = ?", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(SchemaVersionError) as caught:
+        await backend.open()
+    assert f"version {SCHEMA_VERSION + 1}" in str(caught.value)
+    assert f"version {SCHEMA_VERSION} " in str(caught.value)
+    with pytest.raises(BackendError, match="not open"):  # the failed open left nothing behind
+        await backend.history(HistoryQuery())
+
+
+async def test_unreachable_and_corrupt_files_raise_backend_errors(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailable, match="missing"):
+        await SqliteBackend(tmp_path / "missing" / "x.db").open()
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(BackendError) as caught:
+        await SqliteBackend(garbage).open()
+    assert isinstance(caught.value.__cause__, sqlite3.Error)
+
+
+async def test_meta_must_be_json(tmp_path: Path) -> None:
+    backend = SqliteBackend(tmp_path / "x.db")
+    await backend.open()
+    try:
+        now = await backend.now_ms()
+        assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+        with pytest.raises(ConfigurationError, match="meta"):
+            await backend.finish(Lease("job", now, 1, "tok"), Status.SUCCESS, meta={"x": object()})
+    finally:
+        await backend.close()
+
+
+async def test_waits_for_another_process_holding_the_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path, busy_timeout_ms=2000)
+    await backend.open()
+    try:
+        with _connect(path) as other:
+            other.execute("BEGIN IMMEDIATE")
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, other.execute, "COMMIT")
+            started = time.monotonic()
+            now = await backend.now_ms()
+            assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+            assert time.monotonic() - started >= 0.15
+    finally:
+        await backend.close()
+
+
+async def test_a_lock_held_past_the_busy_timeout_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path, busy_timeout_ms=100)
+    await backend.open()
+    try:
+        with _connect(path) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(BackendUnavailable, match="locked") as caught:
+                await backend.claim(claim_request(await backend.now_ms(), "tok"))
+            other.execute("ROLLBACK")
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    finally:
+        await backend.close()
+
+
+def test_busy_answers_that_do_not_wait_are_retried(tmp_path: Path) -> None:
+    answers = [sqlite3.OperationalError("database is locked")] * 3
+
+    def flaky() -> str:
+        if answers:
+            raise answers.pop()
+        return "done"
+
+    assert SqliteBackend(tmp_path / "x.db", busy_timeout_ms=1000)._guarded(flaky) == "done"
+
+
+@pytest.mark.parametrize(
+    ("statement", "index"),
+    [
+        (sql.LIVE_RUN, "anarchon_runs_state"),
+        (sql.due_runs(3), "anarchon_runs_state"),
+        (sql.LAST_SCHEDULED_SLOT, "sqlite_autoindex_anarchon_runs_1"),
+        (sql.HISTORY_COLUMNS + sql.HISTORY_ORDER, "anarchon_attempts_slot"),
+        (
+            sql.HISTORY_COLUMNS + " WHERE job = ?" + sql.HISTORY_ORDER,
+            "sqlite_autoindex_anarchon_attempts_1",
+        ),
+        (
+            sql.HISTORY_COLUMNS + " WHERE status = ?" + sql.HISTORY_ORDER,
+            "anarchon_attempts_status",
+        ),
+    ],
+)
+async def test_hot_queries_use_an_index(tmp_path: Path, statement: str, index: str) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+    await backend.close()
+    with _connect(path) as conn:
+        params = (None,) * statement.count("?")
+        plan = " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement, params))
+    assert index in plan, plan
+    if statement.startswith(sql.HISTORY_COLUMNS):  # pages of history come in index order
+        assert "TEMP B-TREE" not in plan, plan
+
+
+# -- many processes, one file ------------------------------------------------------
+def _claim_worker(path: str, slots: list[int], barrier: Barrier, results: Any) -> None:
+    """Claim every slot with this process's own token; report the slots won."""
+
+    async def claim_all(backend: SqliteBackend) -> list[int]:
+        token = secrets.token_hex(8)
+        won = []
+        for slot in slots:
+            claim = await backend.claim(claim_request(slot, token))
+            if claim.outcome == Outcome.WON:
+                won.append(slot)
+        return won
+
+    _report(path, barrier, results, claim_all)
+
+
+def _hammer_worker(path: str, slots: list[int], barrier: Barrier, results: Any) -> None:
+    """Claim, heartbeat, finish, sweep and read history as a busy instance would."""
+
+    async def hammer(backend: SqliteBackend) -> list[int]:
+        won = []
+        for i, slot in enumerate(slots):
+            token = secrets.token_hex(8)
+            if (await backend.claim(claim_request(slot, token))).outcome == Outcome.WON:
+                won.append(slot)
+                lease = Lease("job", slot, 1, token)
+                assert await backend.heartbeat([lease], 60_000) == [True]
+                assert await backend.finish(lease, Status.SUCCESS, meta={"i": i})
+            elif i % 5 == 0:
+                await backend.due_runs(["job"])
+                await backend.history(HistoryQuery(job="job", limit=10))
+        return won
+
+    _report(path, barrier, results, hammer)
+
+
+def _open_worker(path: str, slots: list[int], barrier: Barrier, results: Any) -> None:
+    """Only open (first open of a fresh file, all processes at once) and claim one slot."""
+
+    async def open_only(backend: SqliteBackend) -> list[int]:
+        claim = await backend.claim(claim_request(slots[0], secrets.token_hex(8)))
+        return [slots[0]] if claim.outcome == Outcome.WON else []
+
+    _report(path, barrier, results, open_only, open_after_barrier=True)
+
+
+def _report(
+    path: str,
+    barrier: Barrier,
+    results: Any,
+    work: Callable[[SqliteBackend], Any],
+    *,
+    open_after_barrier: bool = False,
+) -> None:
+    async def main() -> list[int]:
+        backend = SqliteBackend(path)
+        if not open_after_barrier:
+            await backend.open()
+        barrier.wait()
+        if open_after_barrier:
+            await backend.open()
+        try:
+            return list(await work(backend))
+        finally:
+            await backend.close()
+
+    try:
+        results.put((asyncio.run(main()), None))
+    except BaseException as exc:
+        results.put(([], f"{type(exc).__name__}: {exc}"))
+
+
+def _run_processes(
+    worker: Callable[..., None], path: Path, processes: int, slots: list[int]
+) -> Counter[int]:
+    """Run ``worker`` in ``processes`` spawned processes at once; count wins per slot."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=worker, args=(str(path), slots, barrier, results))
+        for _ in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    reports = [results.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=10)
+        assert proc.exitcode == 0
+    results.close()
+    results.join_thread()
+    errors = [error for _, error in reports if error is not None]
+    assert errors == []
+    return Counter(slot for won, _ in reports for slot in won)
+
+
+@pytest.mark.slow
+def test_one_winner_per_run_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    now = time.time_ns() // 1_000_000
+    slots = [now - i for i in range(200)]
+    wins = _run_processes(_claim_worker, path, 6, slots)
+    assert wins == Counter(slots)  # every slot won exactly once
+    with _connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM anarchon_attempts").fetchone() == (200,)
+
+
+@pytest.mark.slow
+def test_eight_processes_hammering_one_file_never_see_a_lock_error(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    now = time.time_ns() // 1_000_000
+    slots = [now - i for i in range(100)]
+    wins = _run_processes(_hammer_worker, path, 8, slots)
+    assert wins == Counter(slots)
+    with _connect(path) as conn:
+        statuses = conn.execute("SELECT status, count(*) FROM anarchon_attempts GROUP BY status")
+        assert statuses.fetchall() == [("success", 100)]
+
+
+@pytest.mark.slow
+def test_concurrent_first_open_of_a_fresh_file(tmp_path: Path) -> None:
+    path = tmp_path / "fresh.db"
+    wins = _run_processes(_open_worker, path, 6, [time.time_ns() // 1_000_000])
+    assert sum(wins.values()) == 1
+    with _connect(path) as conn:
+        assert conn.execute(sql.GET_VERSION).fetchall() == [(str(SCHEMA_VERSION),)]
+
+
+def _connect(path: Path) -> closing[sqlite3.Connection]:
+    """A raw autocommit connection to inspect or disturb the file, closed on exit."""
+    return closing(sqlite3.connect(path, isolation_level=None))
