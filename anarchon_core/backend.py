@@ -203,8 +203,9 @@ class Backend(ABC):
 
         ``status`` is ``success`` or ``failed``; ``meta`` is a JSON-serialisable dict.
         With ``retry_in_ms`` (failed only) the run stays open: any instance may take
-        attempt + 1 once ``now >= retry time`` (see :meth:`due_runs`). Returns ``False`` (and changes nothing) for a stale
-        token; repeating a finish with the same token and status returns ``True``.
+        attempt + 1 once ``now >= retry time`` (see :meth:`due_runs`). Returns ``False``
+        (and changes nothing) for a stale token; repeating a finish with the same token
+        and status returns ``True``.
         """
         raise self._no_lease("finish")
 

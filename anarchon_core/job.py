@@ -181,4 +181,3 @@ def _check_handler(name: str, handler: object) -> None:
         ) from None
     except ValueError:  # builtins without a signature: accept
         pass
-
