@@ -22,6 +22,7 @@ __all__ = [
     "Outcome",
     "RunRecord",
     "Status",
+    "iso_utc",
     "ms_to_datetime",
 ]
 
@@ -139,7 +140,10 @@ def ms_to_datetime(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
+def iso_utc(ms: int) -> str:
+    """``2026-12-03T08:00:00.000Z``: the one way slots and times are printed."""
     return ms_to_datetime(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _iso(ms: int | None) -> str | None:
+    return None if ms is None else iso_utc(ms)

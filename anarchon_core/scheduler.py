@@ -79,11 +79,7 @@ class Scheduler:
             backend if isinstance(backend, Backend) else backend_from_url(backend)
         )
         self.namespace = validate_namespace(namespace)
-        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
-            raise ConfigurationError(
-                f"instance_id {instance_id!r} is not valid: give a non-empty string"
-            )
-        self.instance_id = instance_id or default_instance_id()
+        self.instance_id = _instance_id(instance_id) or default_instance_id()
         self.heartbeat_ms = _positive_ms("heartbeat_ms", heartbeat_ms)
         self.lease_ms = (
             3 * self.heartbeat_ms if lease_ms is None else _positive_ms("lease_ms", lease_ms)
@@ -108,6 +104,23 @@ class Scheduler:
             f"<Scheduler {self.backend.describe()} instance={self.instance_id!r} "
             f"jobs={len(self._jobs)}{' running' if self.running else ''}>"
         )
+
+    def configure(
+        self, *, backend: Backend | str | None = None, instance_id: str | None = None
+    ) -> None:
+        """Replace the store or the instance id before ``start()`` (the CLI's overrides).
+
+        :raises SchedulerStateError: the scheduler is running.
+        """
+        with self._lock:
+            if self._engine is not None:
+                raise SchedulerStateError(f"cannot reconfigure {self!r}: stop() it first")
+            if backend is not None:
+                self.backend = (
+                    backend if isinstance(backend, Backend) else backend_from_url(backend)
+                )
+            if instance_id is not None:
+                self.instance_id = _instance_id(instance_id) or self.instance_id
 
     # -- definitions ---------------------------------------------------------------
     @property
@@ -295,7 +308,12 @@ class Scheduler:
             self._engine = None
 
     def run(self, *, grace_ms: int | None = None) -> None:
-        """Run in the foreground until SIGINT or SIGTERM, then stop gracefully."""
+        """Run in the foreground until SIGINT or SIGTERM, then stop gracefully.
+
+        The signal handlers are installed before the store is opened, so a SIGTERM
+        that arrives during start-up also ends in a graceful stop. Called from a thread
+        other than the main one, it installs none and runs until the loop is stopped.
+        """
         asyncio.run(self._run_until_signalled(grace_ms))
 
     async def _run_until_signalled(self, grace_ms: int | None) -> None:
@@ -306,8 +324,8 @@ class Scheduler:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
                 installed.append(sig)
-        await self.start()
         try:
+            await self.start()
             await stop.wait()
         finally:
             for sig in installed:
@@ -344,6 +362,12 @@ class Scheduler:
 
 def _placeholder_handler(ctx: Any) -> None:
     """Stands in for the decorated function while its options are validated."""
+
+
+def _instance_id(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigurationError(f"instance_id {value!r} is not valid: give a non-empty string")
+    return value
 
 
 def _positive_ms(name: str, value: object) -> int:

@@ -61,7 +61,11 @@ class MemoryBackend(Backend):
     def from_url(cls, url: str) -> MemoryBackend:
         """``memory://``: a fresh store private to this process."""
         if url.rstrip("/") != "memory:":
-            raise ConfigurationError(f"memory backend URL {url!r} is not valid: use 'memory://'")
+            from . import mask_url  # the package imports this module first: no cycle
+
+            raise ConfigurationError(
+                f"memory backend URL {mask_url(url)!r} is not valid: use 'memory://'"
+            )
         return cls()
 
     def describe(self) -> str:

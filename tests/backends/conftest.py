@@ -1,9 +1,11 @@
 """Fixtures of the backend conformance suite: one ``backend`` fixture, every store a param.
 
-A new backend is one more factory in :data:`BACKENDS`: an async context manager
-that yields an open, empty store and cleans it up afterwards. A factory whose server
-is unreachable calls :func:`service_unreachable`, which skips the test, or fails it
-when ``ANARCHON_REQUIRE_SERVICES=1`` (CI with its services up must not skip silently).
+A new backend is one more factory in ``registry.BACKENDS``: an async context
+manager that yields an open, empty store and cleans it up afterwards. Server
+backends register theirs in a module ``stores_<name>.py`` beside this file. A
+factory whose server is unreachable calls ``services.service_unreachable``, which
+skips the test, or fails it when ``ANARCHON_REQUIRE_SERVICES=1`` (CI with its
+services up must not skip silently).
 
 There is no pytest-asyncio: ``async def`` tests run on the ``runner`` fixture's event
 loop (one :class:`asyncio.Runner` per test), the same loop that opened the backend,
@@ -14,56 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
+from registry import BACKENDS, load_store_modules
 
 from anarchon_core.backend import Backend
-from anarchon_core.backends.memory import MemoryBackend
-from anarchon_core.backends.sqlite import SqliteBackend
 
-BackendFactory = Callable[[Path], AbstractAsyncContextManager[Backend]]
-
-#: Every backend the conformance suite proves, by test id.
-BACKENDS: dict[str, BackendFactory] = {}
-
-
-def backend_factory(name: str) -> Callable[[BackendFactory], BackendFactory]:
-    """Register a factory under ``name`` (the test id); it receives a fresh tmp dir."""
-
-    def register(factory: BackendFactory) -> BackendFactory:
-        BACKENDS[name] = factory
-        return factory
-
-    return register
-
-
-def service_unreachable(service: str, reason: str) -> NoReturn:
-    """Skip a test whose server is down, or fail it if ``ANARCHON_REQUIRE_SERVICES=1``."""
-    if os.environ.get("ANARCHON_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{service} is required (ANARCHON_REQUIRE_SERVICES=1) but {reason}")
-    pytest.skip(f"{service} is unreachable ({reason}); set ANARCHON_REQUIRE_SERVICES=1 to fail")
-
-
-@backend_factory("memory")
-@asynccontextmanager
-async def _memory(tmp_path: Path) -> AsyncIterator[Backend]:
-    yield MemoryBackend()
-
-
-@backend_factory("sqlite")
-@asynccontextmanager
-async def _sqlite(tmp_path: Path) -> AsyncIterator[Backend]:
-    backend = SqliteBackend(tmp_path / "anarchon.sqlite3")
-    await backend.open()
-    try:
-        yield backend
-    finally:
-        await backend.close()
+load_store_modules()
 
 
 @pytest.fixture(autouse=True)

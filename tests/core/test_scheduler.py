@@ -426,3 +426,23 @@ def test_namespace_prefixes_store_names() -> None:
 
     run(main())
     assert {r.job for r in run(records(backend))} == {"svc:tick"}
+
+
+def test_configure_before_start_only() -> None:
+    first, second = MemoryBackend(), MemoryBackend()
+
+    async def main() -> None:
+        s = Scheduler(first, instance_id="a", **FAST)
+        s.every("tick", "100ms", lambda ctx: None)
+        s.configure(backend=second, instance_id="b")
+        with pytest.raises(ConfigurationError, match="instance_id '  ' is not valid"):
+            s.configure(instance_id="  ")
+        await s.start()
+        with pytest.raises(SchedulerStateError, match="stop\\(\\) it first"):
+            s.configure(instance_id="c")
+        await asyncio.sleep(0.25)
+        await s.stop()
+
+    run(main())
+    assert run(records(first)) == []
+    assert {r.instance_id for r in run(records(second))} == {"b"}

@@ -1,16 +1,23 @@
-"""Lease backends the multi-process tests run against (one more param per backend)."""
+"""The lease stores the multi-process tests run against: every ``registry.LEASE_URLS``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from registry import LEASE_URLS, load_store_modules
 
-LEASE_STORES = ["sqlite"]
+load_store_modules()
 
 
-@pytest.fixture(params=LEASE_STORES)
-def lease_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    raise AssertionError(request.param)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "lease_url" in metafunc.fixturenames:
+        metafunc.parametrize("lease_url", list(LEASE_URLS), indirect=True)
+
+
+@pytest.fixture
+def lease_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an isolated, empty lease store that worker processes can open."""
+    with LEASE_URLS[request.param](tmp_path) as url:
+        yield url

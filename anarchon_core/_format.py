@@ -1,0 +1,87 @@
+"""Plain-text tables and durations for the command line and the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .durations import format_duration_ms
+from .records import RunRecord, iso_utc
+
+__all__ = ["excerpt", "format_ms", "format_table", "history_table"]
+
+#: Tables aim to fit this many columns.
+TABLE_WIDTH = 120
+
+
+def format_ms(ms: int | None) -> str:
+    """A short human duration: ``85ms``, ``3.02s``, ``2m05s``."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.2f}s"
+    return format_duration_ms(ms - ms % 1000)
+
+
+def excerpt(error: str | None, width: int = 60) -> str:
+    """The last line of an error (``ValueError: boom`` of a traceback), shortened."""
+    if not error:
+        return ""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    return _fit(lines[-1] if lines else "", width)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def format_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    max_widths: Sequence[int | None] | None = None,
+) -> list[str]:
+    """Left-aligned columns two spaces apart; cells beyond ``max_widths`` are shortened."""
+    limits = list(max_widths or [None] * len(headers))
+    cells = [[_fit(c, lim) if lim else c for c, lim in zip(r, limits, strict=True)] for r in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = []
+    for row in [list(headers), ["-" * w for w in widths], *cells]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return lines
+
+
+def history_table(records: Sequence[RunRecord], width: int = TABLE_WIDTH) -> list[str]:
+    """The readable history: one line per record, the error's last line last."""
+    headers = ["JOB", "SCHEDULED (UTC)", "ATT", "STATUS", "INSTANCE", "DURATION", "ORIGIN"]
+    rows = [
+        [
+            r.job,
+            iso_utc(r.slot).replace("T", " ").rstrip("Z"),
+            str(r.attempt),
+            str(r.status),
+            r.instance_id or "-",
+            format_ms(r.duration_ms),
+            str(r.origin),
+        ]
+        for r in records
+    ]
+    limits: list[int | None] = [40, None, None, None, 32, None, None]
+    lines = format_table(headers, rows, max_widths=limits)
+    used = max(len(line) for line in lines)
+    room = max(width - used - 2, 20)
+    if not any(r.error for r in records):
+        return lines
+    out = []
+    for i, line in enumerate(lines):
+        pad = line.ljust(used)
+        if i == 0:
+            out.append(f"{pad}  ERROR")
+        elif i == 1:
+            out.append(f"{pad}  {'-' * 5}")
+        else:
+            out.append(f"{pad}  {excerpt(records[i - 2].error, room)}".rstrip())
+    return out
