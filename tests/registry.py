@@ -31,6 +31,8 @@ UrlFactory = Callable[[Path], AbstractContextManager[str]]
 BACKENDS: dict[str, BackendFactory] = {}
 #: The multi-process suites' lease stores, by test id.
 LEASE_URLS: dict[str, UrlFactory] = {}
+#: Claim-only stores (one winner per run, no leases), by test id.
+CLAIM_ONLY_URLS: dict[str, UrlFactory] = {}
 
 
 def backend_factory(name: str) -> Callable[[BackendFactory], BackendFactory]:
@@ -48,6 +50,16 @@ def lease_url_factory(name: str) -> Callable[[UrlFactory], UrlFactory]:
 
     def register(factory: UrlFactory) -> UrlFactory:
         LEASE_URLS[name] = factory
+        return factory
+
+    return register
+
+
+def claim_only_url_factory(name: str) -> Callable[[UrlFactory], UrlFactory]:
+    """Register a claim-only URL factory under ``name``; it receives a fresh tmp dir."""
+
+    def register(factory: UrlFactory) -> UrlFactory:
+        CLAIM_ONLY_URLS[name] = factory
         return factory
 
     return register

@@ -27,7 +27,14 @@ DEFAULT_URL = "sqlite:///anarchon.sqlite3"
 _BUILTIN: dict[str, str] = {
     "memory": "anarchon_core.backends.memory:MemoryBackend.from_url",
     "sqlite": "anarchon_core.backends.sqlite:SqliteBackend.from_url",
+    "postgresql": "anarchon_core.backends.postgres:PostgresBackend.from_url",
+    "postgres": "anarchon_core.backends.postgres:PostgresBackend.from_url",
+    "redis": "anarchon_core.backends.redis:RedisBackend.from_url",
+    "rediss": "anarchon_core.backends.redis:RedisBackend.from_url",
 }
+
+#: The optional extra that brings each scheme's driver.
+_EXTRAS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis", "rediss": "redis"}
 
 ENTRY_POINT_GROUP = "anarchon.backends"
 
@@ -66,7 +73,14 @@ def _factory(scheme: str) -> Callable[[str], Backend]:
             + ", ".join(f"{s}://" for s in known)
         )
     module_name, _, attr = target.partition(":")
-    obj: object = importlib.import_module(module_name)
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = _EXTRAS.get(scheme, scheme)
+        raise ConfigurationError(
+            f"backend scheme {scheme!r} needs its driver: pip install 'anarchon[{extra}]' "
+            f"({exc})"
+        ) from exc
     for part in attr.split("."):
         obj = getattr(obj, part)
     return cast(Callable[[str], Backend], obj)
