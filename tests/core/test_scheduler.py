@@ -446,3 +446,18 @@ def test_configure_before_start_only() -> None:
     run(main())
     assert run(records(first)) == []
     assert {r.instance_id for r in run(records(second))} == {"b"}
+
+
+def test_catch_up_slots_are_the_latest_thousand() -> None:
+    from anarchon_core._engine import latest_slots
+    from anarchon_core.schedules import Cron, Every
+
+    day = 86_400_000
+    end = 1_791_633_605_000
+    slots = latest_slots(Every("1s"), end - day, end)
+    assert len(slots) == 1000
+    assert slots[-1] == 1_791_633_605_000 and slots[0] == slots[-1] - 999_000
+    assert latest_slots(Every("1h"), end - day, end) == Every("1h").slots_between(end - day, end)
+    assert latest_slots(Every("10s"), end - 25_000, end) == [end - 15_000, end - 5_000]
+    every_minute = latest_slots(Cron("* * * * *"), end - 3 * day, end)
+    assert len(every_minute) == 1000 and every_minute[-1] == end - end % 60_000
