@@ -165,7 +165,7 @@ class Engine:
             lease_ms=self.config.lease_ms,
             horizon_ms=horizon,
             skip_overlap=(job.options.overlap == "skip") if skip_overlap is None else skip_overlap,
-            fingerprint=job.fingerprint(),
+            fingerprint=job.fingerprint,
         )
         while True:
             sent = self.now()

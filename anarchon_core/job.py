@@ -109,6 +109,8 @@ class Job:
     options: JobOptions
     explicit: frozenset[str]
     """Option names given explicitly (on the job or the scheduler), for capability checks."""
+    fingerprint: str
+    """A short hash of what replicas must agree on: the schedule and the run options."""
 
     @classmethod
     def define(
@@ -126,13 +128,15 @@ class Job:
         _check_handler(name, handler)
         owner = f"job {name!r}"
         checked = validate_option_keys(options, owner)
+        resolved = replace(defaults, **checked)
         return cls(
             name=name,
             store_name=store_name(namespace, name),
             schedule=schedule,
             handler=handler,
-            options=replace(defaults, **checked),
+            options=resolved,
             explicit=explicit_defaults | frozenset(checked),
+            fingerprint=_fingerprint(schedule, resolved),
         )
 
     @property
@@ -153,18 +157,17 @@ class Job:
         gap = self.schedule.next_slot(slot) - slot
         return min(self.options.jitter_ms, gap // 4)
 
-    def fingerprint(self) -> str:
-        """A short hash of what replicas must agree on: the schedule and run options."""
-        data = {"schedule": self.schedule.fingerprint(), "options": _options_json(self.options)}
-        raw = json.dumps(data, sort_keys=True).encode()
-        return hashlib.sha256(raw).hexdigest()[:16]
-
     def describe(self) -> str:
         return self.schedule.describe()
 
 
-def _options_json(options: JobOptions) -> dict[str, Any]:
-    return {f.name: getattr(options, f.name) for f in fields(options)}
+def _fingerprint(schedule: Schedule, options: JobOptions) -> str:
+    """Computed once per job: claims carry it, so replicas that disagree can be found."""
+    data = {
+        "schedule": schedule.fingerprint(),
+        "options": {f.name: getattr(options, f.name) for f in fields(options)},
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _check_handler(name: str, handler: object) -> None:
