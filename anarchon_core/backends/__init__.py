@@ -31,10 +31,21 @@ _BUILTIN: dict[str, str] = {
     "postgres": "anarchon_core.backends.postgres:PostgresBackend.from_url",
     "redis": "anarchon_core.backends.redis:RedisBackend.from_url",
     "rediss": "anarchon_core.backends.redis:RedisBackend.from_url",
+    "amqp": "anarchon_core.backends.rabbitmq:RabbitMQBackend.from_url",
+    "amqps": "anarchon_core.backends.rabbitmq:RabbitMQBackend.from_url",
+    "nats": "anarchon_core.backends.nats:NatsBackend.from_url",
 }
 
 #: The optional extra that brings each scheme's driver.
-_EXTRAS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis", "rediss": "redis"}
+_EXTRAS = {
+    "postgresql": "postgres",
+    "postgres": "postgres",
+    "redis": "redis",
+    "rediss": "redis",
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "nats": "nats",
+}
 
 ENTRY_POINT_GROUP = "anarchon.backends"
 
