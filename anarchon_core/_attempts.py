@@ -56,15 +56,7 @@ class Attempts:
 
     def start(self, job: Job, lease: Lease, origin: Origin, jitter: int) -> asyncio.Task[Any]:
         """Run a won attempt in a task of its own and return that task."""
-        ctx = RunContext(
-            job=job.name,
-            slot=lease.slot,
-            attempt=lease.attempt,
-            instance_id=self.config.instance_id,
-            origin=origin,
-            loop=asyncio.get_running_loop(),
-            logger=self.config.logger,
-        )
+        ctx = self._context(job, lease.slot, lease.attempt, origin)
         ctx.jitter_ms = jitter
         attempt = Attempt(job, lease, ctx, last_ack=time.monotonic())
         if self._lease:
@@ -75,11 +67,24 @@ class Attempts:
         task.add_done_callback(self.tasks.discard)
         return task
 
+    def _context(self, job: Job, slot: int, number: int, origin: Origin) -> RunContext:
+        return RunContext(
+            job=job.name,
+            slot=slot,
+            attempt=number,
+            instance_id=self.config.instance_id,
+            origin=origin,
+            loop=asyncio.get_running_loop(),
+            logger=self.config.logger,
+        )
+
     async def _run(self, attempt: Attempt) -> None:
         job, lease, ctx = attempt.job, attempt.lease, attempt.ctx
         self.log.info(job, lease.slot, lease.attempt, "run started (%s)", ctx.origin)
         try:
             status, error = await self._call(attempt)
+            if not self._lease:
+                status, error = await self._retry_in_process(attempt, status, error)
             if attempt.lost or attempt.released:
                 self.log.warn(
                     job,
@@ -124,6 +129,35 @@ class Attempts:
         if error is not None:
             return Status.FAILED, describe_exception(error)
         return Status.SUCCESS, None
+
+    async def _retry_in_process(
+        self, attempt: Attempt, status: Status, error: str | None
+    ) -> tuple[Status, str | None]:
+        """Claim-only stores cannot hand a retry to another instance: retry here.
+
+        The handler runs again with ``ctx.attempt`` counting up, after the same
+        doubling backoff, while ``retries`` and ``max_attempts`` allow; the store
+        records the outcome of the last one.
+        """
+        job, lease = attempt.job, attempt.lease
+        number = 1
+        while status == Status.FAILED and number <= job.options.retries:
+            if number >= job.options.max_attempts:
+                break
+            delay = job.options.retry_backoff_ms * 2 ** (number - 1)
+            self.log.warn(
+                job,
+                lease.slot,
+                number,
+                "failed, retrying in this process in %d ms: %s",
+                delay,
+                error,
+            )
+            await asyncio.sleep(delay / 1000)
+            number += 1
+            attempt.ctx = self._context(job, lease.slot, number, attempt.ctx.origin)
+            status, error = await self._call(attempt)
+        return status, error
 
     def _retry_delay(self, job: Job, attempt: int) -> int | None:
         """Retry after a failure while retries and attempts remain (lease backends)."""

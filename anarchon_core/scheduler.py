@@ -336,6 +336,15 @@ class Scheduler:
         if self.backend.capabilities.lease:
             return
         for job in self._jobs.values():
+            options = job.options
+            if "max_attempts" in job.explicit and options.max_attempts > 1 + options.retries:
+                raise CapabilityError(
+                    f"job {job.name!r}: max_attempts={options.max_attempts} allows takeovers, "
+                    f"which need a lease backend; {self.backend.describe()} is claim-only and "
+                    f"retries only inside the winning process (max_attempts <= 1 + retries = "
+                    f"{1 + options.retries}), or use a lease backend: sqlite://, postgresql://, "
+                    f"redis://?strategy=lease"
+                )
             for option, allowed in LEASE_ONLY_OPTIONS.items():
                 value = getattr(job.options, option)
                 if option in job.explicit and value != allowed:

@@ -461,3 +461,43 @@ def test_catch_up_slots_are_the_latest_thousand() -> None:
     assert latest_slots(Every("10s"), end - 25_000, end) == [end - 15_000, end - 5_000]
     every_minute = latest_slots(Cron("* * * * *"), end - 3 * day, end)
     assert len(every_minute) == 1000 and every_minute[-1] == end - end % 60_000
+
+
+def test_claim_only_retries_inside_the_winning_process() -> None:
+    backend = ClaimOnlyMemory()
+    seen: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        a = Scheduler(backend, instance_id="A", retries=2, retry_backoff_ms=20, **FAST)
+        b = Scheduler(backend, instance_id="B", retries=2, retry_backoff_ms=20, **FAST)
+        for s in (a, b):
+
+            @s.every("flaky", "2s")
+            async def flaky(ctx: RunContext) -> None:
+                seen.append((ctx.instance_id, ctx.attempt))
+                if ctx.attempt < 3:
+                    raise ValueError("not yet")
+
+        await a.start()
+        await b.start()
+        await wait_for(lambda: _has(backend, "flaky", 1, Status.SUCCESS), timeout=5)
+        await a.stop()
+        await b.stop()
+
+    run(main())
+    assert [n for _, n in seen] == [1, 2, 3]
+    assert len({i for i, _ in seen}) == 1, "the winning process retries, nobody else"
+
+
+def test_takeover_attempts_refused_on_claim_only_backend() -> None:
+    async def main() -> None:
+        s = Scheduler(ClaimOnlyMemory(), **FAST)
+        s.every("x", "1h", lambda ctx: None, max_attempts=3)
+        with pytest.raises(CapabilityError, match="max_attempts=3 allows takeovers"):
+            await s.start()
+        ok = Scheduler(ClaimOnlyMemory(), **FAST)
+        ok.every("x", "1h", lambda ctx: None, max_attempts=3, retries=2)
+        await ok.start()
+        await ok.stop()
+
+    run(main())
