@@ -119,11 +119,6 @@ class Lease:
     attempt: int
     token: str
 
-    @property
-    def fence(self) -> int:
-        """Grows across a job's runs and attempts: guards side effects in the user's store."""
-        return self.slot * 1024 + self.attempt
-
 
 @dataclass(frozen=True, slots=True)
 class DueRun:

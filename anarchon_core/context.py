@@ -6,7 +6,6 @@ import asyncio
 import datetime as dt
 import logging
 import threading
-from collections.abc import MutableMapping
 from typing import Any
 
 from .errors import RunCancelled
@@ -94,9 +93,3 @@ class RunContext:
         self._flag.set()
         self._event.set()
 
-
-def log_extra(
-    job: str, slot: int | None, attempt: int | None, instance: str
-) -> MutableMapping[str, Any]:
-    """The ``extra`` fields every log record of a run carries."""
-    return {"job": job, "slot": slot, "attempt": attempt, "instance": instance}
