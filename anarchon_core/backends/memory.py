@@ -2,7 +2,9 @@
 
 It lives in one process, so it serves unit tests and the test helpers; every
 decision is a plain Python critical section (the event loop is single-threaded and
-no method awaits in the middle of a decision).
+no method awaits in the middle of a decision). The open runs of each job (running or
+waiting for a retry) are indexed, so that the overlap check and the backup sweep do
+not scan every stored run.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class MemoryBackend(Backend):
         self._clock = clock
         self._runs: dict[tuple[str, int], _Run] = {}
         self._records: dict[tuple[str, int, int], RunRecord] = {}
+        # job -> slots of its runs in state running or waiting: kept in step with
+        # every state change below, so that it lists exactly the runs still open.
+        self._open: dict[str, set[int]] = {}
         self.paused: set[str] = set()
 
     @classmethod
@@ -108,6 +113,7 @@ class MemoryBackend(Backend):
             0,
             request.fingerprint,
         )
+        self._open.setdefault(request.job, set()).add(request.slot)
         self._records[(request.job, request.slot, 1)] = RunRecord(
             request.job,
             request.slot,
@@ -138,10 +144,19 @@ class MemoryBackend(Backend):
         )
 
     def _live_run(self, job: str, now: int, *, exclude: int) -> bool:
-        return any(
-            j == job and s != exclude and r.state == Status.RUNNING and r.lease_expires > now
-            for (j, s), r in self._runs.items()
-        )
+        for slot in self._open.get(job, ()):
+            run = self._runs[(job, slot)]
+            if slot != exclude and run.state == Status.RUNNING and run.lease_expires > now:
+                return True
+        return False
+
+    def _closed(self, job: str, slot: int) -> None:
+        """The run of ``(job, slot)`` reached a terminal state: drop it from the index."""
+        slots = self._open.get(job)
+        if slots is not None:
+            slots.discard(slot)
+            if not slots:
+                del self._open[job]
 
     # -- lease operations ----------------------------------------------------------
     def _held(self, lease: Lease) -> _Run | None:
@@ -181,6 +196,7 @@ class MemoryBackend(Backend):
             run.state, run.retry_at = "waiting", now + retry_in_ms
         else:
             run.state = status
+            self._closed(lease.job, lease.slot)
         run.lease_expires = 0
         self._records[(lease.job, lease.slot, lease.attempt)] = replace(
             record, status=status, finished_at=now, error=bound_error(error), meta=dict(meta or {})
@@ -202,13 +218,16 @@ class MemoryBackend(Backend):
     async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
         now = self._clock()
         due = []
-        for (job, slot), run in self._runs.items():
+        for job, slots in self._open.items():
             if job not in jobs:
                 continue
-            if run.state == Status.RUNNING and run.lease_expires <= now:
-                due.append(DueRun(job, slot, run.attempt, run.origin, "expired"))
-            elif run.state == "waiting" and run.retry_at <= now:
-                due.append(DueRun(job, slot, run.attempt, run.origin, "retry"))
+            for slot in slots:
+                run = self._runs[(job, slot)]
+                if run.state == Status.RUNNING and run.lease_expires <= now:
+                    due.append(DueRun(job, slot, run.attempt, run.origin, "expired"))
+                elif run.state == "waiting" and run.retry_at <= now:
+                    due.append(DueRun(job, slot, run.attempt, run.origin, "retry"))
+        due.sort(key=lambda run: (run.slot, run.job))  # oldest first, as the SQLite store
         return due
 
     async def take_over(self, request: TakeoverRequest) -> Claim:
@@ -252,6 +271,7 @@ class MemoryBackend(Backend):
         else:  # a due retry that may not run: the failure stands
             run.state = Status.FAILED
         run.token = None
+        self._closed(request.job, request.slot)
 
     def _interrupt_record(self, job: str, slot: int, attempt: int, now: int) -> None:
         record = self._records.get((job, slot, attempt))
@@ -297,5 +317,5 @@ class MemoryBackend(Backend):
             del self._records[key]
         for run_key in [k for k, r in self._runs.items() if k[1] < older_than_ms]:
             if self._runs[run_key].state in TERMINAL_STATUSES and run_key not in keep:
-                del self._runs[run_key]
+                del self._runs[run_key]  # terminal: never in the index of open runs
         return len(doomed)

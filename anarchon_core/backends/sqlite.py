@@ -1,10 +1,13 @@
 """The SQLite lease backend: the embedded default, one file shared by a host's processes.
 
-Every decision of the contract is one ``BEGIN IMMEDIATE`` transaction, so the
-processes sharing the file serialise on SQLite's write lock exactly where the
+Every decision of the contract runs under SQLite's write lock (``BEGIN
+IMMEDIATE``), so the processes sharing the file serialise exactly where the
 in-memory reference serialises on the event loop; the decisions mirror
-:mod:`anarchon_core.backends.memory` step for step. The store's clock is the host's
-wall clock, read inside each transaction (every process on one host shares it).
+:mod:`anarchon_core.backends.memory` step for step. Decisions queued at the same
+moment share one transaction, each in a savepoint of its own
+(:mod:`~anarchon_core.backends._sqlite_batch`), and a claim that can only lose reads
+the run without taking the lock at all. The store's clock is the host's wall clock,
+read under the lock for each decision (every process on one host shares it).
 
 ``sqlite3`` blocks, so each backend owns one worker thread holding its connection
 and every statement runs there, never on the event loop. The file uses WAL (readers
@@ -17,10 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import sqlite3
-import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence, Set
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -40,6 +41,7 @@ from ..backend import (
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
 from . import _sqlite_sql as sql
+from ._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
 from .memory import EARLY_TOLERANCE_MS, wall_clock_ms
 
 __all__ = ["SqliteBackend"]
@@ -47,9 +49,6 @@ __all__ = ["SqliteBackend"]
 T = TypeVar("T")
 
 _URL_FORMS = "'sqlite:///relative/path.db' (from the working directory) or 'sqlite:////abs/path.db'"
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-_MIN_BUSY_RETRIES = 3
-_MAX_IN_PARAMS = 500  # stays below SQLITE_MAX_VARIABLE_NUMBER on every SQLite build
 
 
 class SqliteBackend(Backend):
@@ -76,6 +75,7 @@ class SqliteBackend(Backend):
         self.busy_timeout_ms = busy_timeout_ms
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._queue: WriteQueue | None = None
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -119,16 +119,24 @@ class SqliteBackend(Backend):
             executor.shutdown(wait=False)
             raise
         self._executor, self._conn = executor, conn
+        execute = partial(
+            execute_batch, conn, timeout_ms=self.busy_timeout_ms, convert=self._convert
+        )
+        self._queue = WriteQueue(executor, execute)
 
     async def close(self) -> None:
-        executor, conn = self._executor, self._conn
-        if executor is None or conn is None:
+        executor, conn, queue = self._executor, self._conn, self._queue
+        if executor is None or conn is None or queue is None:
             return
-        self._executor = self._conn = None  # later calls fail fast instead of queueing
+        # Later calls fail fast instead of queueing; decisions queued before still run.
+        self._executor = self._conn = self._queue = None
         try:
-            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+            await queue.drain()
         finally:
-            executor.shutdown(wait=True)  # the queue is empty: the thread exits at once
+            try:
+                await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+            finally:
+                executor.shutdown(wait=True)  # the queue is empty: the thread exits at once
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -154,31 +162,27 @@ class SqliteBackend(Backend):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, self._guarded, partial(op, conn))
 
-    async def _write(self, decide: Callable[[sqlite3.Connection, int], T]) -> T:
-        """Run ``decide(conn, now)`` as one ``BEGIN IMMEDIATE`` transaction."""
-        return await self._call(partial(_transaction, decide=decide))
+    async def _write(
+        self,
+        decide: Callable[[sqlite3.Connection, int], T],
+        precheck: Callable[[sqlite3.Connection], T | None] | None = None,
+    ) -> T:
+        """Settle ``decide(conn, now)`` under the write lock, batched with its neighbours."""
+        queue = self._queue
+        if queue is None:
+            raise BackendError(f"{self.describe()} is not open: await open() first")
+        return await queue.submit(Decision(decide, precheck))
 
     def _guarded(self, op: Callable[[], T]) -> T:
-        """Run ``op`` in the worker thread, retrying busy answers; convert driver errors.
+        """Run ``op`` in the worker thread, retrying busy answers; convert driver errors."""
+        return retry_busy(op, timeout_ms=self.busy_timeout_ms, convert=self._convert)
 
-        SQLite's busy handler already waits up to ``busy_timeout_ms`` for a lock; some
-        answers come back busy without waiting (WAL recovery, the journal-mode switch
-        of a concurrent first open), so they are retried here within the same budget.
-        """
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        delay, tries = 0.002, 0
-        while True:
-            try:
-                return op()
-            except sqlite3.OperationalError as exc:
-                tries += 1
-                if _is_busy(exc) and (tries <= _MIN_BUSY_RETRIES or time.monotonic() < deadline):
-                    time.sleep(random.uniform(delay / 2, delay))
-                    delay = min(delay * 2, 0.1)
-                    continue
-                raise BackendUnavailable(f"SQLite store {self.describe()}: {exc}") from exc
-            except sqlite3.Error as exc:
-                raise BackendError(f"SQLite store {self.describe()}: {exc}") from exc
+    def _convert(self, exc: sqlite3.Error) -> BackendError:
+        """The driver error as the contract names it: operational errors are retryable."""
+        kind = BackendUnavailable if isinstance(exc, sqlite3.OperationalError) else BackendError
+        error = kind(f"SQLite store {self.describe()}: {exc}")
+        error.__cause__ = exc
+        return error
 
     async def now_ms(self) -> int:
         return wall_clock_ms()
@@ -189,7 +193,9 @@ class SqliteBackend(Backend):
 
     # -- the claim ---------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
-        return await self._write(partial(_claim, request=request))
+        return await self._write(
+            partial(_claim, request=request), partial(_claim_precheck, request=request)
+        )
 
     # -- lease operations ----------------------------------------------------------
     async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
@@ -258,20 +264,21 @@ class SqliteBackend(Backend):
         return await self._write(decide)
 
     async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
-        names = sorted(set(jobs))
-        if not names:
+        if not jobs:
             return []
+        # Due runs are few whatever the number of jobs: read them all (one indexed
+        # range) and keep those of ``jobs`` here rather than send every name.
+        names = jobs if isinstance(jobs, Set) else frozenset(jobs)
 
         def read(conn: sqlite3.Connection) -> list[DueRun]:
             now = wall_clock_ms()
             due: list[DueRun] = []
-            for start in range(0, len(names), _MAX_IN_PARAMS):
-                chunk = names[start : start + _MAX_IN_PARAMS]
-                rows = conn.execute(sql.due_runs(len(chunk)), (*chunk, now, now))
-                for job, slot, attempt, origin, state in rows:
+            for job, slot, attempt, origin, state in conn.execute(sql.DUE_RUNS, (now, now)):
+                if job in names:
                     expired = state == Status.RUNNING
                     reason: Literal["expired", "retry"] = "expired" if expired else "retry"
                     due.append(DueRun(job, slot, attempt, Origin(origin), reason))
+            due.sort(key=lambda run: (run.slot, run.job))
             return due
 
         return await self._call(read)
@@ -314,9 +321,9 @@ class SqliteBackend(Backend):
         return await self._write(partial(_prune, older_than_ms=older_than_ms))
 
 
-# -- decisions: each runs inside one BEGIN IMMEDIATE transaction ------------------------
+# -- decisions: each runs under the write lock, in a savepoint of a batch ---------------
 def _transaction(conn: sqlite3.Connection, decide: Callable[[sqlite3.Connection, int], T]) -> T:
-    """Take the write lock first, then read the clock: the decision sees its own moment."""
+    """One decision alone (the layout, at connect): the lock first, then the clock."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = decide(conn, wall_clock_ms())
@@ -344,6 +351,20 @@ def _create_layout(conn: sqlite3.Connection, _now: int) -> None:
         conn.execute(statement)
     if version is None:
         conn.execute(sql.SET_VERSION, (str(SCHEMA_VERSION),))
+
+
+def _claim_precheck(conn: sqlite3.Connection, *, request: ClaimRequest) -> Claim | None:
+    """``TAKEN`` without the write lock when another token already holds the run.
+
+    A committed run row is never deleted within the claim horizon and its token never
+    becomes this claim's (tokens are unique), so :func:`_claim` would answer ``TAKEN``
+    too. A missing row or this claim's own token (an ambiguous repeat) is decided
+    under the lock.
+    """
+    rows = conn.execute(sql.RUN_TOKEN, (request.job, request.slot)).fetchall()
+    if not rows or rows[0][0] == request.token:
+        return None
+    return Claim(Outcome.TAKEN, store_now=wall_clock_ms())
 
 
 def _claim(conn: sqlite3.Connection, now: int, *, request: ClaimRequest) -> Claim:
@@ -465,11 +486,3 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
 def _close_connection(future: Future[sqlite3.Connection]) -> None:
     if not future.cancelled() and future.exception() is None:
         future.result().close()
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-    message = str(exc)
-    return "locked" in message or "busy" in message

@@ -11,10 +11,12 @@ import multiprocessing
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import replace
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,8 @@ from typing import Any
 import pytest
 
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
+from anarchon_core.backends import _sqlite_batch, backend_from_url
 from anarchon_core.backends import _sqlite_sql as sql
-from anarchon_core.backends import backend_from_url
 from anarchon_core.backends.sqlite import SqliteBackend
 from anarchon_core.errors import (
     BackendError,
@@ -237,8 +239,8 @@ def test_busy_answers_that_do_not_wait_are_retried(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("statement", "index"),
     [
-        (sql.LIVE_RUN, "anarchon_runs_state"),
-        (sql.due_runs(3), "anarchon_runs_state"),
+        (sql.LIVE_RUN, "anarchon_runs_open"),
+        (sql.DUE_RUNS, "anarchon_runs_open"),
         (sql.LAST_SCHEDULED_SLOT, "sqlite_autoindex_anarchon_runs_1"),
         (sql.HISTORY_COLUMNS + sql.HISTORY_ORDER, "anarchon_attempts_slot"),
         (
@@ -262,6 +264,217 @@ async def test_hot_queries_use_an_index(tmp_path: Path, statement: str, index: s
     assert index in plan, plan
     if statement.startswith(sql.HISTORY_COLUMNS):  # pages of history come in index order
         assert "TEMP B-TREE" not in plan, plan
+
+
+async def test_a_file_with_the_former_index_gets_the_open_runs_index(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+    await backend.close()
+    with _connect(path) as conn:  # as a file written before the index was replaced
+        conn.execute("DROP INDEX anarchon_runs_open")
+        conn.execute(
+            "CREATE INDEX anarchon_runs_state ON anarchon_runs (job, state, lease_expires)"
+        )
+    await backend.open()
+    await backend.close()
+    with _connect(path) as conn:
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "anarchon_runs_open" in indexes and "anarchon_runs_state" not in indexes
+
+
+async def test_due_runs_filters_thousands_of_names(tmp_path: Path) -> None:
+    backend = SqliteBackend(tmp_path / "x.db")
+    await backend.open()
+    try:
+        now = await backend.now_ms()
+        for job in ("a", "b", "other"):
+            request = replace(claim_request(now - 5000, "t-" + job, job=job), lease_ms=1)
+            assert (await backend.claim(request)).outcome == Outcome.WON
+        await asyncio.sleep(0.01)
+        names = [f"job.{i}" for i in range(10_000)] + ["b", "a"]
+        due = await backend.due_runs(names)  # a list, not a set, is accepted too
+        assert [(d.job, d.slot, d.reason) for d in due] == [
+            ("a", now - 5000, "expired"),
+            ("b", now - 5000, "expired"),
+        ]
+    finally:
+        await backend.close()
+
+
+# -- batched decisions ---------------------------------------------------------------
+@pytest.fixture
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of decisions of each transaction the backends run, in order."""
+    sizes: list[int] = []
+    run_batch = _sqlite_batch.run_batch
+
+    def recording(conn: sqlite3.Connection, decisions: Any, convert: Any) -> list[Any]:
+        sizes.append(len(decisions))
+        return run_batch(conn, decisions, convert)
+
+    monkeypatch.setattr(_sqlite_batch, "run_batch", recording)
+    return sizes
+
+
+async def test_a_burst_of_claims_shares_transactions_with_one_winner_each(
+    tmp_path: Path, batch_sizes: list[int]
+) -> None:
+    backend = SqliteBackend(tmp_path / "x.db")
+    await backend.open()
+    try:
+        now = await backend.now_ms()
+        slots = [now - i for i in range(300)]
+        requests = [claim_request(slot, f"token-{k}") for k in range(3) for slot in slots]
+        claims = await asyncio.gather(*(backend.claim(r) for r in requests))
+        winners = Counter(
+            r.slot for r, c in zip(requests, claims, strict=True) if c.outcome == Outcome.WON
+        )
+        assert winners == Counter(slots)
+        assert all(c.outcome in (Outcome.WON, Outcome.TAKEN) for c in claims)
+        assert sum(batch_sizes) == len(requests)
+        assert max(batch_sizes) == _sqlite_batch.MAX_BATCH  # many share, none exceeds the cap
+        assert len(await backend.history(HistoryQuery(limit=1000))) == len(slots)
+    finally:
+        await backend.close()
+
+
+async def test_a_failing_decision_in_a_batch_rolls_back_only_itself(
+    tmp_path: Path, batch_sizes: list[int]
+) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+
+    def write_then_fail(error: Exception) -> Callable[[sqlite3.Connection, int], None]:
+        def decide(conn: sqlite3.Connection, _now: int) -> None:
+            conn.execute("INSERT INTO anarchon_jobs (job, paused) VALUES (?, 1)", (str(error),))
+            raise error
+
+        return decide
+
+    try:
+        now = await backend.now_ms()
+        duplicate = sqlite3.IntegrityError("UNIQUE constraint failed")
+        outcomes = await asyncio.gather(
+            backend.claim(claim_request(now, "first")),  # leaves alone, the rest queue
+            backend.claim(claim_request(now - 1, "a")),
+            backend._write(write_then_fail(duplicate)),
+            backend.claim(claim_request(now - 2, "b")),
+            backend._write(write_then_fail(ValueError("a bug"))),
+            backend.set_paused("c", True),
+            return_exceptions=True,
+        )
+        assert batch_sizes == [1, 5]
+        first, a, integrity, b, bug, paused = outcomes
+        assert [c.outcome for c in (first, a, b)] == [Outcome.WON] * 3  # type: ignore[union-attr]
+        assert isinstance(integrity, BackendError) and not isinstance(integrity, BackendUnavailable)
+        assert integrity.__cause__ is duplicate
+        assert isinstance(bug, ValueError) and paused is None
+    finally:
+        await backend.close()
+    with _connect(path) as conn:
+        assert conn.execute("SELECT job FROM anarchon_jobs").fetchall() == [("c",)]
+        assert conn.execute("SELECT count(*) FROM anarchon_attempts").fetchone() == (3,)
+
+
+async def test_callers_cancelled_before_or_during_their_batch(tmp_path: Path) -> None:
+    backend = SqliteBackend(tmp_path / "x.db")
+    await backend.open()
+    release_first, release_second, second_entered = (threading.Event() for _ in range(3))
+
+    def blocker(release: threading.Event, entered: threading.Event | None = None) -> Any:
+        def decide(_conn: sqlite3.Connection, _now: int) -> None:
+            if entered is not None:
+                entered.set()
+            assert release.wait(10)
+
+        return decide
+
+    try:
+        now = await backend.now_ms()
+        first = asyncio.ensure_future(backend._write(blocker(release_first)))
+        await asyncio.sleep(0)  # the first batch is in flight and holds the thread
+        queued = [
+            asyncio.ensure_future(backend.claim(claim_request(now - i, "q"))) for i in range(6)
+        ]
+        second = asyncio.ensure_future(backend._write(blocker(release_second, second_entered)))
+        await asyncio.sleep(0)
+        queued[0].cancel()  # before its batch left: dropped, never decided
+        release_first.set()
+        while not second_entered.is_set():  # the second batch is deciding, not committed
+            await asyncio.sleep(0.005)
+        queued[1].cancel()  # during its batch: decided and committed, the answer dropped
+        release_second.set()
+        results = await asyncio.gather(first, *queued, second, return_exceptions=True)
+        assert isinstance(results[1], asyncio.CancelledError)
+        assert isinstance(results[2], asyncio.CancelledError)
+        assert [c.outcome for c in results[3:7]] == [Outcome.WON] * 4  # type: ignore[union-attr]
+        again = [await backend.claim(claim_request(now - i, "later")) for i in range(6)]
+        assert [c.outcome for c in again] == [Outcome.WON] + [Outcome.TAKEN] * 5
+    finally:
+        release_first.set()
+        release_second.set()
+        await backend.close()
+
+
+async def test_close_settles_what_was_queued_before_it(tmp_path: Path) -> None:
+    backend = SqliteBackend(tmp_path / "x.db")
+    await backend.open()
+    now = await backend.now_ms()
+    claims = [asyncio.ensure_future(backend.claim(claim_request(now - i, "t"))) for i in range(100)]
+    await asyncio.sleep(0)  # every claim is queued
+    await backend.close()
+    assert [c.result().outcome for c in claims] == [Outcome.WON] * 100
+    with pytest.raises(BackendError, match="not open"):
+        await backend.claim(claim_request(now, "late"))
+
+
+async def test_losing_claims_do_not_wait_for_the_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path, busy_timeout_ms=100)
+    await backend.open()
+    try:
+        now = await backend.now_ms()
+        assert (await backend.claim(claim_request(now, "holder"))).outcome == Outcome.WON
+        with _connect(path) as other:
+            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            started = time.monotonic()
+            lost = await backend.claim(claim_request(now, "loser"))
+            assert lost.outcome == Outcome.TAKEN and time.monotonic() - started < 0.09
+            # A repeat with the holding token, or a new run, is decided under the lock.
+            for token, slot in (("holder", now), ("new", now - 1)):
+                with pytest.raises(BackendUnavailable, match="locked"):
+                    await backend.claim(claim_request(slot, token))
+            other.execute("ROLLBACK")
+        assert (await backend.claim(claim_request(now, "holder"))).outcome == Outcome.WON
+    finally:
+        await backend.close()
+
+
+async def test_a_transaction_that_cannot_start_fails_each_of_its_decisions(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path, busy_timeout_ms=100)
+    await backend.open()
+    try:
+        now = await backend.now_ms()
+        with _connect(path) as other:
+            other.execute("BEGIN IMMEDIATE")
+            errors = await asyncio.gather(
+                *(backend.claim(claim_request(now - i, "t")) for i in range(5)),
+                return_exceptions=True,
+            )
+            other.execute("ROLLBACK")
+        assert all(isinstance(e, BackendUnavailable) for e in errors)
+        assert len({id(e) for e in errors}) == 5  # one error object per caller
+        claims = await asyncio.gather(
+            *(backend.claim(claim_request(now - i, "t")) for i in range(5))
+        )
+        assert all(c.outcome == Outcome.WON for c in claims)  # nothing of the batch was kept
+    finally:
+        await backend.close()
 
 
 # -- many processes, one file ------------------------------------------------------
