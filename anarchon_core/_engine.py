@@ -29,9 +29,11 @@ __all__ = ["Engine", "EngineConfig"]
 
 T = TypeVar("T")
 
-#: A slot this far past its horizon by the local estimate of the store clock is not
-#: even sent to the store (it would come back EXPIRED).
+#: A slot this far past its horizon by the local clock is not even sent to the store
+#: (it would come back EXPIRED); the store's clock decides everything closer.
 HORIZON_MARGIN_MS = 1000
+#: Skew is sampled only from claims answered this fast.
+SKEW_SAMPLE_MAX_RTT_MS = 100
 #: Prune history at most this often per instance.
 PRUNE_EVERY_S = 3600.0
 
@@ -118,7 +120,7 @@ class Engine:
             jitter = random.randint(0, bound) if bound > 0 else 0
             await self._sleep_until(slot + jitter)
             horizon = job.horizon_ms(slot)
-            if self.now() + self.skew_ms > slot + horizon + HORIZON_MARGIN_MS:
+            if self.now() > slot + horizon + HORIZON_MARGIN_MS:
                 self.stats["abandoned"] += 1
                 self.log.warn(job, slot, None, "slot abandoned: past its horizon of %d ms", horizon)
             else:
@@ -168,12 +170,10 @@ class Engine:
             fingerprint=job.fingerprint,
         )
         while True:
-            sent = self.now()
             answer = await self._retry(
-                lambda: self.backend.claim(request), what="claim", deadline=slot + horizon
+                lambda: self._timed_claim(request), what="claim", deadline=slot + horizon
             )
             claim = answer or Claim(Outcome.EXPIRED)
-            self._observe_skew(claim, sent)
             self.stats[f"claim_{claim.outcome}"] += 1
             if claim.outcome != Outcome.EARLY:
                 break
@@ -188,9 +188,22 @@ class Engine:
             self.log.warn(job, slot, None, "slot abandoned: claimed past its horizon")
         return None
 
-    def _observe_skew(self, claim: Claim, sent: int) -> None:
-        if claim.store_now is not None and self.backend.capabilities.store_clock:
-            self.skew_ms = claim.store_now - (sent + self.now()) // 2
+    async def _timed_claim(self, request: ClaimRequest) -> Claim:
+        """One claim, also sampling the skew (store − local) when the round trip was short.
+
+        A slow answer (a pool wait, a reconnect) says nothing about the clocks: its
+        midpoint could be seconds off, so such samples are dropped.
+        """
+        sent = self.now()
+        claim = await self.backend.claim(request)
+        received = self.now()
+        if (
+            claim.store_now is not None
+            and self.backend.capabilities.store_clock
+            and received - sent <= SKEW_SAMPLE_MAX_RTT_MS
+        ):
+            self.skew_ms = claim.store_now - (sent + received) // 2
+        return claim
 
     # -- backups -------------------------------------------------------------------
     async def _sweep_loop(self) -> None:

@@ -92,4 +92,3 @@ class RunContext:
         self._reason = reason
         self._flag.set()
         self._event.set()
-

@@ -362,11 +362,18 @@ class Scheduler:
         status: Status | str | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
-        """Recent history records from the store, newest first."""
+        """Recent history records from the store, newest first (also when not running)."""
         name = None if job is None else self._jobs[job].store_name if job in self._jobs else job
-        return await self.backend.history(
-            HistoryQuery(job=name, status=None if status is None else Status(status), limit=limit)
+        query = HistoryQuery(
+            job=name, status=None if status is None else Status(status), limit=limit
         )
+        if self._engine is not None:
+            return await self.backend.history(query)
+        await self.backend.open()  # stop() closed it; open just for this read
+        try:
+            return await self.backend.history(query)
+        finally:
+            await self.backend.close()
 
 
 def _placeholder_handler(ctx: Any) -> None:

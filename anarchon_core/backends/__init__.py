@@ -89,8 +89,7 @@ def _factory(scheme: str) -> Callable[[str], Backend]:
     except ImportError as exc:
         extra = _EXTRAS.get(scheme, scheme)
         raise ConfigurationError(
-            f"backend scheme {scheme!r} needs its driver: pip install 'anarchon[{extra}]' "
-            f"({exc})"
+            f"backend scheme {scheme!r} needs its driver: pip install 'anarchon[{extra}]' ({exc})"
         ) from exc
     for part in attr.split("."):
         obj = getattr(obj, part)

@@ -501,3 +501,15 @@ def test_takeover_attempts_refused_on_claim_only_backend() -> None:
         await ok.stop()
 
     run(main())
+
+
+def test_history_reads_after_stop(tmp_path: Any) -> None:
+    async def main() -> list[Any]:
+        s = Scheduler(f"sqlite:///{tmp_path / 'h.sqlite3'}", instance_id="solo", **FAST)
+        s.every("tick", "100ms", lambda ctx: None)
+        await s.start()
+        await asyncio.sleep(0.25)
+        await s.stop()
+        return await s.history(job="tick")
+
+    assert run(main())

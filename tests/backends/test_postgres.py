@@ -1,0 +1,755 @@
+"""What only the PostgreSQL backend promises: URLs, identifiers, its layout, the database's
+clock, race-free decisions across connections, and surviving dropped connections.
+
+Every test that needs the server uses its own random schema (``stores_postgres``), so
+the tests are independent of each other and of whatever else uses the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import secrets
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from multiprocessing.synchronize import Barrier
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+from services import POSTGRES_URL
+from stores_postgres import drop_schema, fresh_schema, require_postgres, url_with
+
+from anarchon_core import RunContext, Scheduler
+from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease, TakeoverRequest
+from anarchon_core.backends import backend_from_url
+from anarchon_core.backends._postgres_sql import TERMINAL
+from anarchon_core.backends.postgres import PostgresBackend
+from anarchon_core.errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    SchemaVersionError,
+)
+from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
+
+HOUR = 3_600_000
+DB_NOW = "SELECT (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
+
+
+def claim_request(
+    slot: int, token: str | None = None, job: str = "job", *, skip_overlap: bool = False
+) -> ClaimRequest:
+    token = token or secrets.token_hex(8)
+    return ClaimRequest(
+        job=job,
+        slot=slot,
+        origin=Origin.SCHEDULE,
+        token=token,
+        instance_id=f"worker:{token[:6]}",
+        lease_ms=60_000,
+        horizon_ms=HOUR,
+        skip_overlap=skip_overlap,
+    )
+
+
+@asynccontextmanager
+async def store(**options: Any) -> AsyncIterator[PostgresBackend]:
+    """An open backend on a fresh schema, dropped afterwards."""
+    require_postgres()
+    schema = options.pop("schema", None) or fresh_schema()
+    backend = PostgresBackend(POSTGRES_URL, schema=schema, **options)
+    try:
+        await backend.open()
+        yield backend
+    finally:
+        await backend.close()
+        drop_schema(schema)
+
+
+@asynccontextmanager
+async def raw() -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    """A plain autocommit connection, to inspect or disturb the store."""
+    conn = await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def scalar(conn: psycopg.AsyncConnection[tuple[Any, ...]], query: Any, *params: Any) -> Any:
+    row = await (await conn.execute(query, params or None)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def table(backend: PostgresBackend, name: str) -> sql.Identifier:
+    return sql.Identifier(backend.schema, backend.table_prefix + name)
+
+
+# -- URLs and construction -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "conninfo", "schema", "prefix", "threshold"),
+    [
+        ("postgresql://u@h/db", "postgresql://u@h/db", "public", "anarchon_", 5),
+        ("postgres://u@h:5433/db", "postgres://u@h:5433/db", "public", "anarchon_", 5),
+        (
+            "postgresql://u@h/db?schema=jobs&table_prefix=svc_&prepare_threshold=none",
+            "postgresql://u@h/db",
+            "jobs",
+            "svc_",
+            None,
+        ),
+        (
+            "postgresql://u@h/db?sslmode=disable&prepare_threshold=0&application_name=x",
+            "postgresql://u@h/db?sslmode=disable&application_name=x",
+            "public",
+            "anarchon_",
+            0,
+        ),
+        (
+            "postgresql:///db?host=/run/postgresql",
+            "postgresql:///db?host=/run/postgresql",
+            "public",
+            "anarchon_",
+            5,
+        ),
+    ],
+)
+def test_url_forms(
+    url: str, conninfo: str, schema: str, prefix: str, threshold: int | None
+) -> None:
+    backend = backend_from_url(url)
+    assert isinstance(backend, PostgresBackend)
+    assert (backend.conninfo, backend.schema, backend.table_prefix) == (conninfo, schema, prefix)
+    assert backend.prepare_threshold == threshold
+
+
+@pytest.mark.parametrize(
+    ("conninfo", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
+        ("postgresql://app@db/jobs?password=s3cret", "postgresql://app@db/jobs?password=***"),
+        (
+            "host=db user=app password=s3cret dbname=jobs",
+            "host=db user=app password=*** dbname=jobs",
+        ),
+        ("host=db password='s3 cret' dbname=jobs", "host=db password=*** dbname=jobs"),
+    ],
+)
+def test_describe_masks_the_password(conninfo: str, shown: str) -> None:
+    assert PostgresBackend(conninfo).describe() == shown
+    assert PostgresBackend(conninfo, schema="s").describe() == shown + " [s.anarchon_*]"
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("mysql://u@h/db", "postgresql://"),
+        ("postgresql://u@h/db#frag", "postgresql://"),
+        ("postgresql://u@h/db?nosuchoption=1", "nosuchoption"),
+        ("postgresql://u@h:port/db", "'port'"),
+        ("postgresql://u@h/db?prepare_threshold=-1", "'-1'"),
+        ("postgresql://u@h/db?prepare_threshold=few", "'few'"),
+        ("postgresql://u@h/db?schema=a&schema=b", "'schema' is given twice"),
+        ("postgresql://u@h/db?schema=bad%20name", "'bad name'"),
+        ("postgresql://u@h/db?schema=pg_catalog", "'pg_catalog'"),
+        ("postgresql://u@h/db?table_prefix=x%27%3B%20DROP%20TABLE%20t%3B--", "DROP TABLE"),
+    ],
+)
+def test_bad_url_names_the_value_and_the_form(url: str, names: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        backend_from_url(url.replace("u@", "u:s3cret@"))
+    message = str(caught.value)
+    assert names in message
+    assert "s3cret" not in message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "has space",
+        'dq"uote',
+        "sq'uote",
+        "'; DROP TABLE anarchon_runs; --",
+        "a:b",
+        "star*",
+        "per%cent",
+        "dash-ed",
+        "9starts_with_digit",
+        "ünïcode",
+        "x" * 64,
+        None,
+        42,
+    ],
+)
+@pytest.mark.parametrize("what", ["schema", "table_prefix"])
+def test_bad_identifiers_are_refused_at_definition(what: str, value: Any) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        PostgresBackend(POSTGRES_URL, **{what: value})
+    message = str(caught.value)
+    assert f"{what} {value!r} is not valid" in message
+    assert "letters, digits and _" in message
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"prepare_threshold": -1},
+        {"prepare_threshold": True},
+        {"min_size": -1},
+        {"max_size": 0},
+        {"min_size": 5, "max_size": 2},
+        {"timeout": 0},
+        {"prune_batch": 0},
+    ],
+)
+def test_bad_options(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        PostgresBackend(POSTGRES_URL, **options)
+
+
+def test_identifiers_at_the_length_bounds_are_accepted() -> None:
+    backend = PostgresBackend(POSTGRES_URL, schema="S" * 63, table_prefix="P_" * 20)
+    assert all(len(name) <= 63 for name in backend.sql.function_names)
+
+
+# -- life cycle and layout ---------------------------------------------------------
+async def test_open_close_reopen_keeps_the_data() -> None:
+    async with store() as backend:
+        now = await backend.now_ms()
+        assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+        await backend.open()  # idempotent
+        await backend.close()
+        await backend.close()  # idempotent
+        with pytest.raises(BackendError, match="not open"):
+            await backend.history(HistoryQuery())
+        await backend.open()
+        assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+        assert len(await backend.history(HistoryQuery())) == 1
+
+
+async def test_layout_records_the_version_and_two_prefixes_share_a_schema() -> None:
+    async with store(table_prefix="svc_a_") as a:
+        b = PostgresBackend(POSTGRES_URL, schema=a.schema, table_prefix="svc_b_")
+        await b.open()
+        try:
+            now = await a.now_ms()
+            assert (await a.claim(claim_request(now))).outcome == Outcome.WON
+            assert (await b.claim(claim_request(now))).outcome == Outcome.WON  # independent
+        finally:
+            await b.close()
+        async with raw() as conn:
+            for prefix in ("svc_a_", "svc_b_"):
+                version = await scalar(
+                    conn,
+                    sql.SQL("SELECT value FROM {}").format(
+                        sql.Identifier(a.schema, prefix + "meta")
+                    ),
+                )
+                assert version == str(SCHEMA_VERSION)
+
+
+async def test_newer_schema_version_is_refused() -> None:
+    async with store() as backend:
+        await backend.close()
+        async with raw() as conn:
+            await conn.execute(
+                sql.SQL("UPDATE {} SET value = %s").format(table(backend, "meta")),
+                (str(SCHEMA_VERSION + 1),),
+            )
+        with pytest.raises(SchemaVersionError) as caught:
+            await backend.open()
+        assert f"version {SCHEMA_VERSION + 1}" in str(caught.value)
+        assert f"version {SCHEMA_VERSION} " in str(caught.value)
+        with pytest.raises(BackendError, match="not open"):  # nothing left half-open
+            await backend.history(HistoryQuery())
+
+
+async def test_unreachable_server_is_unavailable_at_once() -> None:
+    backend = PostgresBackend("postgresql://postgres@127.0.0.1:1/test?connect_timeout=2")
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable) as caught:
+        await backend.open()
+    assert time.monotonic() - started < 2
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+    with pytest.raises(BackendError, match="not open"):
+        await backend.claim(claim_request(0))
+
+
+async def test_a_broken_layout_is_a_backend_error_not_unavailable() -> None:
+    async with store() as backend:
+        async with raw() as conn:
+            await conn.execute(sql.SQL("DROP TABLE {}").format(table(backend, "runs")))
+        with pytest.raises(BackendError) as caught:
+            await backend.claim(claim_request(await backend.now_ms()))
+        assert not isinstance(caught.value, BackendUnavailable)
+        assert isinstance(caught.value.__cause__, psycopg.errors.UndefinedTable)
+
+
+def _open_worker(schema: str, slot: int, barrier: Barrier, results: Any) -> None:
+    """Open a fresh schema at the same moment as the other processes, claim one slot."""
+
+    async def main() -> bool:
+        backend = PostgresBackend(POSTGRES_URL, schema=schema)
+        barrier.wait()
+        await backend.open()
+        try:
+            claim = await backend.claim(claim_request(slot))
+            return claim.outcome == Outcome.WON
+        finally:
+            await backend.close()
+
+    try:
+        results.put((asyncio.run(main()), None))
+    except BaseException as exc:
+        results.put((False, f"{type(exc).__name__}: {exc}"))
+
+
+def test_concurrent_first_open_of_a_fresh_schema() -> None:
+    require_postgres()
+    schema, processes = fresh_schema(), 6
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(processes), ctx.Queue()
+    slot = time.time_ns() // 1_000_000
+    procs = [
+        ctx.Process(target=_open_worker, args=(schema, slot, barrier, results))
+        for _ in range(processes)
+    ]
+    try:
+        for proc in procs:
+            proc.start()
+        reports = [results.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=10)
+        assert [error for _, error in reports if error] == []
+        assert sum(won for won, _ in reports) == 1
+    finally:
+        drop_schema(schema)
+
+
+# -- names stored safely -----------------------------------------------------------
+ODD_NAMES = [
+    "a:b.c-d_e",
+    "ns:a:b.c-d_e",
+    "it's",
+    'say "hi"',
+    "with space",
+    "star*and%percent%s",
+    "'; DROP TABLE anarchon_runs; --",
+    "$anarchon$",
+    "ζ✓",
+]
+
+
+async def test_odd_job_names_are_stored_as_values() -> None:
+    """The core refuses most of these at definition; the store keeps any name safely."""
+    async with store() as backend:
+        now = await backend.now_ms()
+        for i, job in enumerate(ODD_NAMES):
+            request = claim_request(now - i, job=job, skip_overlap=True)
+            assert (await backend.claim(request)).outcome == Outcome.WON
+            lease = Lease(job, now - i, 1, request.token)
+            assert await backend.heartbeat([lease], 60_000) == [True]
+            assert await backend.finish(lease, Status.SUCCESS, meta={"job": job})
+            await backend.set_paused(job, True)
+            (rec,) = await backend.history(HistoryQuery(job=job))
+            assert (rec.job, rec.meta, rec.status) == (job, {"job": job}, Status.SUCCESS)
+            assert await backend.last_scheduled_slot(job) == now - i
+        assert await backend.due_runs(ODD_NAMES) == []
+        assert len(await backend.history(HistoryQuery())) == len(ODD_NAMES)
+
+
+@pytest.mark.parametrize("name", ODD_NAMES[2:])
+def test_odd_job_names_are_refused_by_the_scheduler(name: str) -> None:
+    scheduler = Scheduler(PostgresBackend(POSTGRES_URL))
+    with pytest.raises(ConfigurationError) as caught:
+        scheduler.every(name, "10s", lambda ctx: None)
+    assert repr(name) in str(caught.value)
+
+
+async def test_nul_characters_in_free_text_are_replaced() -> None:
+    async with store() as backend:
+        now = await backend.now_ms()
+        request = claim_request(now)
+        await backend.claim(request)
+        lease = Lease("job", now, 1, request.token)
+        assert await backend.finish(lease, Status.FAILED, error="a\x00b", meta={"k\x00": ["\x00"]})
+        (rec,) = await backend.history(HistoryQuery())
+        assert (rec.error, rec.meta) == ("a\ufffdb", {"k\ufffd": ["\ufffd"]})
+
+
+# -- the database's clock ------------------------------------------------------------
+async def test_times_come_from_the_database_clock() -> None:
+    async with store() as backend, raw() as conn:
+        before = await scalar(conn, DB_NOW)
+        now = await backend.now_ms()
+        claim = await backend.claim(claim_request(now, "tok"))
+        after = await scalar(conn, DB_NOW)
+        assert before <= now <= claim.store_now <= after  # type: ignore[operator]
+        assert after - before < 1000  # a few ms on one host; generous for a busy CI
+        assert abs(now - time.time_ns() // 1_000_000) < 1000  # same host: same clock
+        expires = await scalar(
+            conn, sql.SQL("SELECT lease_expires FROM {}").format(table(backend, "runs"))
+        )
+        assert expires == claim.store_now + 60_000  # type: ignore[operator]
+        await asyncio.sleep(0.1)
+        assert 100 <= await backend.now_ms() - now < 1000
+
+
+async def test_decisions_use_clock_timestamp_not_the_frozen_transaction_now() -> None:
+    """Inside one transaction ``now()`` stays put; the claim must read the real time."""
+    async with store() as backend, raw() as conn:
+        slot = await backend.now_ms()
+        async with conn.transaction():
+            started = await scalar(conn, "SELECT (extract(epoch FROM now()) * 1000)::bigint")
+            await conn.execute("SELECT pg_sleep(0.3)")
+            request = claim_request(slot)
+            params = (request.job, slot, "schedule", request.token, "x", 60_000, HOUR, True, "")
+            cur = await conn.execute(backend.sql.claim, params)
+            outcome, _, store_now = await cur.fetchone()  # type: ignore[misc]
+        assert outcome == "won"
+        assert store_now - started >= 300
+
+
+async def test_expiry_is_judged_when_the_statement_runs() -> None:
+    async with store() as backend:
+        now = await backend.now_ms()
+        request = ClaimRequest("job", now, Origin.SCHEDULE, "tok", "a", 200, HOUR, True)
+        await backend.claim(request)
+        take = TakeoverRequest("job", now, 1, "t2", "b", 60_000, HOUR, 3, True)
+        assert (await backend.take_over(take)).outcome == Outcome.TAKEN  # still live
+        await asyncio.sleep(0.25)
+        assert (await backend.take_over(take)).outcome == Outcome.WON
+
+
+# -- race-free decisions across connections ------------------------------------------
+async def test_overlap_check_does_not_race_claims_of_other_slots() -> None:
+    async with store(max_size=8) as backend:
+        now = await backend.now_ms()
+        for round_ in range(5):
+            job = f"race{round_}"
+            claims = await asyncio.gather(
+                *(
+                    backend.claim(claim_request(now - k, job=job, skip_overlap=True))
+                    for k in range(8)
+                )
+            )
+            outcomes = Counter(c.outcome for c in claims)
+            assert outcomes == {Outcome.WON: 1, Outcome.SKIPPED: 7}, outcomes
+
+
+async def test_takeovers_of_two_runs_of_one_job_do_not_overlap() -> None:
+    async with store(max_size=8) as backend:
+        now = await backend.now_ms()
+        for slot in (now - 1, now - 2):
+            short = ClaimRequest("job", slot, Origin.SCHEDULE, f"t{slot}", "a", 50, HOUR, False)
+            assert (await backend.claim(short)).outcome == Outcome.WON
+        await asyncio.sleep(0.1)
+        takes = await asyncio.gather(
+            *(
+                backend.take_over(
+                    TakeoverRequest(
+                        "job", slot, 1, secrets.token_hex(4), "b", 60_000, HOUR, 3, True
+                    )
+                )
+                for slot in (now - 1, now - 2)
+                for _ in range(4)
+            )
+        )
+        assert Counter(t.outcome for t in takes) == {
+            Outcome.WON: 1,
+            Outcome.BLOCKED: 4,
+            Outcome.TAKEN: 3,
+        }
+
+
+# -- indexes and pruning ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("statement", "params", "index"),
+    [
+        ("due_runs", (["a", "b"],), "runs_open"),
+        ("last_scheduled_slot", ("a",), "runs_pkey"),
+        ("history", (10,), "attempts_slot"),
+        ("history_job", ("a", 10), "attempts_pkey"),
+        ("history_status", ("success", 10), "attempts_slot"),
+    ],
+)
+async def test_hot_queries_can_use_an_index(
+    statement: str, params: tuple[Any, ...], index: str
+) -> None:
+    async with store() as backend, raw() as conn:
+        text = {
+            "history": backend.sql.history + backend.sql.history_order,
+            "history_job": backend.sql.history + " WHERE job = %s" + backend.sql.history_order,
+            "history_status": backend.sql.history
+            + " WHERE status = %s"
+            + backend.sql.history_order,
+        }.get(statement) or getattr(backend.sql, statement)
+        for kind in ("seqscan", "bitmapscan", "sort"):  # tiny tables: ask what is possible
+            await conn.execute(f"SET enable_{kind} = off")
+        plan = " | ".join(
+            row[0] for row in await (await conn.execute("EXPLAIN " + text, params)).fetchall()
+        )
+        assert backend.table_prefix + index in plan, plan
+        assert "Sort" not in plan or statement == "due_runs", plan  # pages in index order
+
+
+async def test_prune_deletes_in_bounded_batches_and_keeps_the_latest() -> None:
+    async with store(prune_batch=300) as backend:
+        async with raw() as conn:
+            await conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (job, slot, origin, state, attempt) "
+                    "SELECT 'bulk', s, 'schedule', 'success', 1 FROM generate_series(1, 1000) s"
+                ).format(table(backend, "runs"))
+            )
+            await conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (job, slot, attempt, origin, status) "
+                    "SELECT 'bulk', s, 1, 'schedule', 'success' FROM generate_series(1, 1000) s"
+                ).format(table(backend, "attempts"))
+            )
+        batches: list[int] = []
+        row = backend._row
+
+        async def counting(query: str, params: Any = None) -> tuple[Any, ...]:
+            found = await row(query, params)
+            if query is backend.sql.prune:
+                batches.append(found[0])
+            return found
+
+        backend._row = counting  # type: ignore[method-assign]
+        assert await backend.prune(2000) == 999
+        assert batches == [300, 300, 300, 99]
+        async with raw() as conn:
+            runs = await scalar(
+                conn, sql.SQL("SELECT count(*) FROM {}").format(table(backend, "runs"))
+            )
+        assert runs == 1
+        (rec,) = await backend.history(HistoryQuery())
+        assert rec.slot == 1000 and await backend.last_scheduled_slot("bulk") == 1000
+
+
+async def test_a_prune_batch_in_flight_does_not_block_claims() -> None:
+    async with store() as backend, raw() as conn:
+        now = await backend.now_ms()
+        for slot in (now - 3000, now - 2000):  # an old finished run, then the latest
+            request = claim_request(slot, job="job", skip_overlap=True)
+            await backend.claim(request)
+            assert await backend.finish(Lease("job", slot, 1, request.token), Status.SUCCESS)
+        params = {
+            "below": now,
+            "terminal": TERMINAL,
+            "keep_jobs": ["job"],
+            "keep_slots": [now - 2000],
+            "batch": 1000,
+        }
+        async with conn.transaction():  # the batch holds its row locks until commit
+            row = await (await conn.execute(backend.sql.prune, params)).fetchone()
+            assert row is not None and row[0] == 1
+            claim = await asyncio.wait_for(
+                backend.claim(claim_request(now, job="job", skip_overlap=True)), timeout=2
+            )
+            assert claim.outcome == Outcome.WON
+            assert await asyncio.wait_for(backend.history(HistoryQuery()), timeout=2)
+
+
+# -- dropped connections -------------------------------------------------------------
+async def terminate(app: str) -> int:
+    """``pg_terminate_backend`` every connection named ``app``; how many there were."""
+    async with raw() as conn:
+        killed = await scalar(
+            conn,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            app,
+        )
+    return int(killed)
+
+
+async def test_pool_recovers_after_its_connections_are_terminated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = f"anarchon-test-{secrets.token_hex(4)}"
+    require_postgres()
+    schema = fresh_schema()
+    backend = PostgresBackend(url_with(application_name=app), schema=schema, min_size=3)
+    await backend.open()
+    try:
+        now = await backend.now_ms()
+        await asyncio.gather(*(backend.claim(claim_request(now - k, job="warm")) for k in range(6)))
+        for round_ in range(3):
+            assert await terminate(app) >= 1
+            requests = [claim_request(now - k, job=f"j{round_}") for k in range(6)]
+            claims = await asyncio.gather(*(backend.claim(r) for r in requests))
+            assert {c.outcome for c in claims} == {Outcome.WON}
+        assert "lost" in caplog.text and "retrying on a fresh connection" in caplog.text
+    finally:
+        await backend.close()
+        drop_schema(schema)
+
+
+async def test_scheduler_survives_terminated_connections(caplog: pytest.LogCaptureFixture) -> None:
+    """Two schedulers run a job every 200 ms while every connection they hold is killed."""
+    require_postgres()
+    caplog.set_level(logging.INFO, logger="anarchon")
+    app = f"anarchon-test-{secrets.token_hex(4)}"
+    schema = fresh_schema()
+    url = url_with(schema=schema, application_name=app)
+    started: Counter[tuple[str, int]] = Counter()
+
+    def tick(ctx: RunContext) -> None:
+        started[(ctx.job, ctx.slot)] += 1
+
+    async def slow(ctx: RunContext) -> None:
+        started[(ctx.job, ctx.slot)] += 1
+        await asyncio.sleep(0.5)  # spans kills: its heartbeats and finish must get through
+
+    schedulers = [
+        Scheduler(url, instance_id=f"i{n}", heartbeat_ms=200, lease_ms=1200, jitter_ms=40)
+        for n in range(2)
+    ]
+    for scheduler in schedulers:
+        scheduler.every("tick", "200ms", tick)
+        scheduler.every("slow", "1s", slow)
+    try:
+        for scheduler in schedulers:
+            await scheduler.start()
+        first = time.time()
+        kills = []
+        for _ in range(4):
+            await asyncio.sleep(0.7)
+            kills.append(await terminate(app))
+        last_kill = time.time()
+        await asyncio.sleep(1.2)
+        assert all(s.running for s in schedulers)
+        until = time.time()
+        for scheduler in schedulers:
+            await scheduler.stop()
+        reader = backend_from_url(url)
+        await reader.open()
+        history = await reader.history(HistoryQuery(limit=10_000))
+        await reader.close()
+    finally:
+        for scheduler in schedulers:
+            await scheduler.stop()
+        drop_schema(schema)
+    assert all(n >= 1 for n in kills), kills
+    assert "engine loop crashed" not in caplog.text
+    assert "Traceback" not in caplog.text
+    duplicates = {key: n for key, n in started.items() if n > 1}
+    assert not duplicates, f"ran twice: {duplicates}"
+    # Every run that started has its record, finished, with one attempt only.
+    recorded = {(r.job, r.slot): r for r in history if r.attempt == 1}
+    for key in started:
+        assert key in recorded, f"{key} ran but has no record"
+        assert recorded[key].status == Status.SUCCESS, recorded[key]
+    assert all(r.attempt <= 1 for r in history), [r for r in history if r.attempt > 1]
+    # Runs resumed after the last kill, and every 200 ms slot in between ran.
+    ticks = sorted(slot for job, slot in started if job == "tick")
+    assert any(slot > last_kill * 1000 for slot in ticks)
+    expected = range((int(first * 1000) // 200 + 1) * 200, int(until * 1000) - 300, 200)
+    missing = [slot for slot in expected if slot not in ticks]
+    assert len(expected) >= 15 and not missing, f"missed {missing}"
+
+
+class FaultProxy:
+    """A local TCP proxy to the test server that can cut every connection and refuse
+    new ones: an outage of the store without touching the shared server."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.down = False
+        self.port = 0
+        self._transports: set[asyncio.WriteTransport] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> FaultProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cut()
+        assert self._server is not None
+        self._server.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    def cut(self) -> None:
+        self.down = True
+        for transport in self._transports:
+            transport.abort()
+        self._transports.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self.down:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._transports |= {writer.transport, up_writer.transport}
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                sink.transport.abort()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+
+async def test_scheduler_resumes_after_the_store_was_unreachable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every connection is cut and new ones are refused for 2 s: the scheduler logs,
+    retries with backoff and runs again soon after the store is back."""
+    require_postgres()
+    target = int(psycopg.conninfo.conninfo_to_dict(POSTGRES_URL).get("port") or 5432)
+    schema = fresh_schema()
+    ran: list[tuple[float, int]] = []
+    async with FaultProxy(target) as proxy:
+        parts = urlsplit(POSTGRES_URL)
+        netloc = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+        url = urlunsplit(parts._replace(netloc=f"{netloc}127.0.0.1:{proxy.port}"))
+        backend = PostgresBackend(url, schema=schema)
+        scheduler = Scheduler(backend, instance_id="solo", heartbeat_ms=200, jitter_ms=0)
+        scheduler.every("tick", "200ms", lambda ctx: ran.append((time.time(), ctx.slot)))
+        try:
+            await scheduler.start()
+            await asyncio.sleep(1.0)
+            proxy.cut()
+            await asyncio.sleep(2.0)
+            proxy.down = False
+            back = time.time()
+            deadline = back + 4
+            while time.time() < deadline and not [t for t, _ in ran if t > back + 0.5]:
+                await asyncio.sleep(0.05)
+            assert scheduler.running
+        finally:
+            await scheduler.stop()
+            drop_schema(schema)
+    assert "retrying" in caplog.text
+    assert "engine loop crashed" not in caplog.text
+    slots = Counter(slot for _, slot in ran)
+    assert max(slots.values()) == 1
+    assert [t for t, _ in ran if t > back + 0.5], "no run after the store came back"
