@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from ._attempts import Attempts
 from ._support import EngineConfig, EngineLog, retry_store
 from .backend import Backend, Claim, ClaimRequest, DueRun, Lease, TakeoverRequest
-from .errors import SchemaVersionError
+from .errors import BackendUnavailable
 from .job import MAX_CATCH_UP_SLOTS, MAX_MISFIRE_GRACE_MS, Job
 from .records import Origin, Outcome
 from .schedules import Schedule
@@ -55,12 +55,16 @@ class Engine:
 
     # -- life cycle --------------------------------------------------------------
     async def start(self) -> None:
-        """Open the store (retrying in the background if it is down) and start the loops."""
+        """Open the store and start the loops.
+
+        A store that is down (:class:`BackendUnavailable`) is retried in the background
+        so that an outage never stops a process from starting; anything else from
+        ``open()`` (bad credentials, a newer schema, a refused configuration) will not
+        mend by waiting and is raised to the caller.
+        """
         try:
             await self.backend.open()
-        except SchemaVersionError:
-            raise
-        except Exception as exc:
+        except BackendUnavailable as exc:
             self.log.warn(None, None, None, "store unavailable at start, retrying: %s", exc)
             self._spawn(self._open_then_run())
             return

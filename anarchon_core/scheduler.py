@@ -340,7 +340,8 @@ class Scheduler:
             if "max_attempts" in job.explicit and options.max_attempts > 1 + options.retries:
                 raise CapabilityError(
                     f"job {job.name!r}: max_attempts={options.max_attempts} allows takeovers, "
-                    f"which need a lease backend; {self.backend.describe()} is claim-only and "
+                    f"which need a lease backend; the {self.backend.name} backend "
+                    f"({self.backend.describe()}) is claim-only and "
                     f"retries only inside the winning process (max_attempts <= 1 + retries = "
                     f"{1 + options.retries}), or use a lease backend: sqlite://, postgresql://, "
                     f"redis://?strategy=lease"
@@ -349,8 +350,9 @@ class Scheduler:
                 value = getattr(job.options, option)
                 if option in job.explicit and value != allowed:
                     raise CapabilityError(
-                        f"job {job.name!r}: {option}={value!r} needs a lease backend; "
-                        f"{self.backend.describe()} is claim-only (use {allowed!r} or a lease "
+                        f"job {job.name!r}: {option}={value!r} needs a lease backend; the "
+                        f"{self.backend.name} backend ({self.backend.describe()}) is claim-only "
+                        f"(use {allowed!r} or a lease "
                         f"backend: sqlite://, postgresql://, redis://?strategy=lease)"
                     )
 

@@ -102,8 +102,9 @@ def mask_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable URL>"
+    host = parts.netloc.rsplit("@", 1)[-1]
     if parts.password is None:
+        if parts.username is not None and parts.scheme == "nats":  # a bare NATS token
+            return urlunsplit(parts._replace(netloc=f"***@{host}"))
         return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

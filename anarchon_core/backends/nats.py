@@ -1,0 +1,637 @@
+"""The NATS JetStream claim-only backend: one key-value entry per run, created once.
+
+The claim of ``(job, slot)`` creates the key ``c.{job}.{slot}`` in a JetStream
+key-value bucket: a publish with ``Nats-Expected-Last-Subject-Sequence: 0``, which the
+stream's leader accepts only while the key has no entry. Exactly one creator gets the
+acknowledgement (won); every other one gets "wrong last sequence" (taken). One round
+trip on both paths.
+
+Why KV create and not publish de-duplication by message id: de-duplication answers a
+duplicate with an acknowledgement too (flagged ``duplicate``, but only inside the
+stream's duplicate window, two minutes by default), so a late loser would be told it
+won; the expected-sequence check has no window. The entry also holds the claim's
+token (a claim whose answer was lost is resolved by reading it back) and later the
+run's outcome (``success``/``failed``), so this store keeps a history.
+
+The bucket's ``max_age`` (``ttl``, 24 h by default) removes old entries, so nothing
+piles up; a claim is refused before it is sent once its slot is older than the claim
+horizon, and never later than ``max_age − margin``, so no entry can expire while its
+slot may still be claimed. JetStream shows clients no clock, so the local clock
+judges the horizon. The bucket is created idempotently by the first instance; its
+description records the layout version (``anarchon claim records, layout 1``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import random
+import re
+import string
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client, Server
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+
+from ..backend import SCHEMA_VERSION, Backend, Capabilities, Claim, ClaimRequest, Lease, bound_error
+from ..durations import format_duration_ms, parse_duration_ms
+from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
+from ..names import validate_job_name
+from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from .memory import EARLY_TOLERANCE_MS, wall_clock_ms
+
+__all__ = ["NatsBackend", "decode_job", "encode_job"]
+
+logger = logging.getLogger("anarchon.backends.nats")
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+DEFAULT_BUCKET = "anarchon"
+DEFAULT_TTL_MS = 86_400_000
+DEFAULT_MARGIN_MS = 60_000
+DEFAULT_TIMEOUT_MS = 5_000
+DESCRIPTION = "anarchon claim records, layout {version}"
+_LAYOUT = re.compile(r"anarchon claim records, layout (\d+)")
+_BUCKET = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_OPTIONS = ("bucket", "ttl", "margin", "timeout", "replicas", "name")
+_URL_FORM = (
+    "nats://[USER:PASSWORD@ or TOKEN@]HOST[:PORT][,HOST2[:PORT2]...]"
+    "[?bucket=&ttl=&margin=&timeout=&replicas=&name=]"
+)
+#: Characters a job name keeps in a key; the others (``.`` ``:``) become ``=XX`` (hex).
+_KEY_SAFE = frozenset(string.ascii_letters + string.digits + "_-")
+_ESCAPE = re.compile(r"=([0-9A-F]{2})")
+#: Tokens of claims whose answer was lost, so that a retry can read the entry back.
+_MAX_REMEMBERED = 10_000
+#: JetStream's "wrong last sequence" error codes (the key already has an entry).
+_WRONG_SEQUENCE = (10071, 10164)
+_STREAM_IN_USE = 10058
+#: Reconnect back-off: from this delay (seconds), doubling per failed attempt, capped.
+_RECONNECT_MIN_S, _RECONNECT_MAX_S = 0.1, 5.0
+_TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
+_HAS_RECONNECT_HANDLER = (
+    "reconnect_to_server_handler" in inspect.signature(Client.connect).parameters
+)
+
+
+def encode_job(job: str) -> str:
+    """A job name as one NATS key token: ``billing:sync.daily`` → ``billing=3Async=2Edaily``.
+
+    NATS keys allow ``[-/_=.A-Za-z0-9]`` and use ``.`` as a token separator, so ``.``
+    and ``:`` are escaped as ``=`` plus two hex digits; ``=`` never occurs in a job name,
+    which keeps the encoding one-to-one.
+    """
+    validate_job_name(job, what="job name in the store")
+    return "".join(c if c in _KEY_SAFE else f"={ord(c):02X}" for c in job)
+
+
+def decode_job(token: str) -> str:
+    """The inverse of :func:`encode_job`."""
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token)
+
+
+@dataclass(frozen=True, slots=True)
+class _Won:
+    """A claim this backend won: the entry's revision makes the finish one round trip."""
+
+    token: str
+    revision: int
+    record: dict[str, Any]
+
+
+class NatsBackend(Backend):
+    """Claim-only on a JetStream key-value bucket; records ``claimed`` then the outcome.
+
+    ``url`` may carry ``bucket`` (default ``anarchon``), ``ttl`` (the bucket's max age when
+    this backend creates it), ``margin`` (how long before an entry's expiry its slot stops
+    being claimable: covers clock skew between instances), ``timeout`` (connecting and
+    each request), ``replicas`` (when creating the bucket) and ``name`` (the connection's
+    name); keyword arguments override them.
+    """
+
+    capabilities = Capabilities(lease=False, store_clock=False, finish=True)
+    name = "nats"
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        bucket: str | None = None,
+        ttl_ms: int | None = None,
+        margin_ms: int | None = None,
+        timeout_ms: int | None = None,
+        replicas: int | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._servers, self._auth, options = _parse_url(url)
+        self.bucket = _validate_bucket(
+            options.get("bucket", DEFAULT_BUCKET) if bucket is None else bucket
+        )
+        self.ttl_ms = _duration("ttl", options.get("ttl"), ttl_ms, DEFAULT_TTL_MS)
+        self.margin_ms = _duration("margin", options.get("margin"), margin_ms, DEFAULT_MARGIN_MS)
+        self.timeout_ms = _duration(
+            "timeout", options.get("timeout"), timeout_ms, DEFAULT_TIMEOUT_MS
+        )
+        self.replicas = _replicas(options.get("replicas"), replicas)
+        if self.ttl_ms <= self.margin_ms:
+            raise ConfigurationError(
+                f"NATS ttl {format_duration_ms(self.ttl_ms)} is not valid: it must exceed the "
+                f"margin ({format_duration_ms(self.margin_ms)}), or no slot could be claimed"
+            )
+        self.connection_name = options.get("name") or "anarchon"
+        self._url = url
+        self._clock = clock
+        self._nc: Client | None = None
+        self._kv: KeyValue | None = None
+        self._max_age_ms: int | None = None  # of the bucket as found: None = unlimited
+        self._won: OrderedDict[tuple[str, int], _Won] = OrderedDict()
+        self._ambiguous: OrderedDict[str, None] = OrderedDict()
+        self._errors: list[BaseException] = []
+        self._opening = False
+
+    @classmethod
+    def from_url(cls, url: str) -> NatsBackend:
+        """``nats://[user:password@]host:4222[,host2:4222]?bucket=&ttl=&margin=&timeout=``."""
+        return cls(url)
+
+    def describe(self) -> str:
+        user = ""
+        if self._auth.get("user") is not None:
+            user = f"{self._auth['user']}:***@"
+        elif self._auth.get("token") is not None:
+            user = "***@"
+        hosts = ",".join(s.split("://", 1)[1] for s in self._servers)
+        query = f"bucket={self.bucket}"
+        if self.ttl_ms != DEFAULT_TTL_MS:
+            query += f"&ttl={format_duration_ms(self.ttl_ms)}"
+        if self.margin_ms != DEFAULT_MARGIN_MS:
+            query += f"&margin={format_duration_ms(self.margin_ms)}"
+        return f"nats://{user}{hosts}/?{query}"
+
+    @property
+    def stream(self) -> str:
+        """The JetStream stream behind the bucket."""
+        return f"KV_{self.bucket}"
+
+    def run_key(self, job: str, slot: int) -> str:
+        """The key of a run: ``c.{encoded job}.{slot}``."""
+        return f"c.{encode_job(job)}.{slot}"
+
+    def horizon_ms(self, requested_ms: int) -> int:
+        """The horizon a claim gets: never so long that its entry could expire first."""
+        if self._max_age_ms is None:
+            return requested_ms
+        return min(requested_ms, self._max_age_ms - self.margin_ms)
+
+    # -- life cycle --------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect, create the bucket if missing (race-safe) and check its layout."""
+        if self._nc is not None and not self._nc.is_closed:
+            return
+        self._errors = []
+        self._opening = True
+        nc = Client()
+        options: dict[str, Any] = {
+            "name": self.connection_name,
+            "user": self._auth.get("user"),
+            "password": self._auth.get("password"),
+            "token": self._auth.get("token"),
+            "connect_timeout": max(1, round(self.timeout_ms / 1000)),
+            "allow_reconnect": True,
+            "max_reconnect_attempts": 1,  # at start: try each server twice, then fail
+            "reconnect_time_wait": 0,
+            "error_cb": self._on_error,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+        }
+        if _HAS_RECONNECT_HANDLER:
+            options["reconnect_to_server_handler"] = _backoff
+        else:  # an older nats-py: a fixed pause between reconnect attempts
+            options["reconnect_time_wait"] = 1
+        try:
+            await nc.connect(self._servers, **options)
+        except BaseException as exc:
+            await _close_quietly(nc)
+            if isinstance(exc, _TRANSIENT):
+                raise self._connect_error(exc) from exc
+            raise
+        finally:
+            self._opening = False
+        # Connected: from now on the client reconnects for ever (with the back-off above).
+        nc.options["max_reconnect_attempts"] = -1
+        nc.options["reconnect_time_wait"] = options["reconnect_time_wait"] or _RECONNECT_MIN_S
+        try:
+            js = nc.jetstream(timeout=self.timeout_ms / 1000)
+            self._kv = await self._bucket(js)
+        except BaseException:
+            await _close_quietly(nc)
+            raise
+        self._nc = nc
+
+    async def _bucket(self, js: JetStreamContext) -> KeyValue:
+        where = f"NATS at {self.describe()}"
+        try:
+            try:
+                info = await js.stream_info(self.stream)
+            except nats.js.errors.NotFoundError:
+                info = await self._create_bucket(js)
+            kv = await js.key_value(self.bucket)
+        except nats.js.errors.ServiceUnavailableError as exc:
+            raise BackendError(
+                f"{where}: JetStream is not enabled on the server (start nats-server with -js) "
+                f"or has no leader for the bucket ({exc})"
+            ) from exc
+        except nats.js.errors.NoStreamResponseError as exc:
+            raise BackendError(f"{where}: JetStream is not enabled on the server ({exc})") from exc
+        except nats.js.errors.APIError as exc:
+            raise BackendError(f"{where}: JetStream refused the bucket: {exc}") from exc
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(f"{where}: opening the bucket failed: {_text(exc)}") from exc
+        layout = _LAYOUT.fullmatch(info.config.description or "")
+        if layout is not None and int(layout.group(1)) > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{where}: bucket {self.bucket!r} holds layout {layout.group(1)}, written by a "
+                f"newer anarchon; this version knows layout {SCHEMA_VERSION}: upgrade it"
+            )
+        if info.config.max_msgs_per_subject not in (None, -1, 1) or info.config.sealed:
+            raise BackendError(
+                f"{where}: bucket {self.bucket!r} is not an anarchon claim bucket "
+                f"(history {info.config.max_msgs_per_subject}, sealed {info.config.sealed}): "
+                f"choose another ?bucket="
+            )
+        max_age = info.config.max_age
+        self._max_age_ms = round(max_age * 1000) if max_age else None
+        if self._max_age_ms is not None and self._max_age_ms <= self.margin_ms:
+            raise ConfigurationError(
+                f"{where}: bucket {self.bucket!r} keeps entries for "
+                f"{format_duration_ms(self._max_age_ms)}, not longer than the margin "
+                f"{format_duration_ms(self.margin_ms)}: no slot could be claimed safely"
+            )
+        return kv
+
+    async def _create_bucket(self, js: JetStreamContext) -> api.StreamInfo:
+        config = api.KeyValueConfig(
+            bucket=self.bucket,
+            description=DESCRIPTION.format(version=SCHEMA_VERSION),
+            history=1,
+            ttl=self.ttl_ms / 1000,
+            storage=api.StorageType.FILE,
+            replicas=self.replicas,
+            direct=True,
+        )
+        try:
+            await js.create_key_value(config)
+            logger.info("created NATS bucket %r (max age %s)", self.bucket, config.ttl)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != _STREAM_IN_USE:
+                raise
+            # Another instance created it first, with other settings: use it as it is.
+        return await js.stream_info(self.stream)
+
+    async def close(self) -> None:
+        nc, self._nc, self._kv = self._nc, None, None
+        if nc is not None:
+            await _close_quietly(nc)
+
+    async def now_ms(self) -> int:
+        return self._clock()
+
+    # -- the claim ---------------------------------------------------------------
+    async def claim(self, request: ClaimRequest) -> Claim:
+        kv = self._open_kv()
+        now = self._clock()
+        if request.slot < now - self.horizon_ms(request.horizon_ms):
+            return Claim(Outcome.EXPIRED, store_now=now)
+        if request.slot > now + EARLY_TOLERANCE_MS:
+            return Claim(Outcome.EARLY, store_now=now)
+        key = self.run_key(request.job, request.slot)
+        record = {
+            "layout": SCHEMA_VERSION,
+            "job": request.job,
+            "slot": request.slot,
+            "origin": str(request.origin),
+            "status": str(Status.CLAIMED),
+            "token": request.token,
+            "instance_id": request.instance_id,
+            "claimed_at": now,
+            "finished_at": None,
+            "error": None,
+            "meta": {},
+            "fingerprint": request.fingerprint,
+        }
+        try:
+            revision = await kv.update(key, _dump(record), last=0)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            if self._ambiguous.pop(request.token, 0) is None:
+                return await self._resolve(kv, key, request, now)
+            return Claim(Outcome.TAKEN, store_now=now)
+        except _TRANSIENT as exc:
+            _remember(self._ambiguous, request.token, None)
+            raise BackendUnavailable(
+                f"NATS at {self.describe()} did not answer the claim of {key!r}: "
+                f"{_text(exc)} (a retry reads back whether it was won)"
+            ) from exc
+        self._ambiguous.pop(request.token, None)
+        _remember(self._won, (request.job, request.slot), _Won(request.token, revision, record))
+        return Claim(Outcome.WON, 1, now)
+
+    async def _resolve(self, kv: KeyValue, key: str, request: ClaimRequest, now: int) -> Claim:
+        """A claim sent before without an answer: the entry tells whether it was ours."""
+        try:
+            entry = await kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return Claim(Outcome.TAKEN, store_now=now)
+        except _TRANSIENT as exc:
+            _remember(self._ambiguous, request.token, None)
+            raise BackendUnavailable(f"NATS: reading back {key!r} failed: {_text(exc)}") from exc
+        record = _load(entry.value)
+        if record.get("token") == request.token and entry.revision is not None:
+            won = _Won(request.token, entry.revision, record)
+            _remember(self._won, (request.job, request.slot), won)
+            return Claim(Outcome.WON, 1, now)
+        return Claim(Outcome.TAKEN, store_now=now)
+
+    # -- finish ------------------------------------------------------------------
+    async def finish(
+        self,
+        lease: Lease,
+        status: Status,
+        *,
+        error: str | None = None,
+        meta: dict[str, Any] | None = None,
+        retry_in_ms: int | None = None,
+    ) -> bool:
+        """Rewrite the run's entry with its outcome, only if this lease's token holds it.
+
+        One round trip when this backend won the claim (it kept the entry's revision);
+        otherwise the entry is read first. Repeating a finish returns ``True``.
+        """
+        kv = self._open_kv()
+        key = self.run_key(lease.job, lease.slot)
+        held = self._won.get((lease.job, lease.slot))
+        try:
+            if held is not None and held.token == lease.token:
+                revision, record = held.revision, held.record
+            else:
+                found = await self._read(kv, key)
+                if found is None or found[1].get("token") != lease.token:
+                    return False
+                revision, record = found
+                if record.get("status") != Status.CLAIMED:
+                    return bool(record.get("status") == status)  # a repeated finish
+            update = {
+                **record,
+                "status": str(status),
+                "finished_at": self._clock(),
+                "error": bound_error(error),
+                "meta": dict(meta or {}),
+            }
+            try:
+                await kv.update(key, _dump(update), last=revision)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                found = await self._read(kv, key)  # written already (an ambiguous repeat)?
+                return (
+                    found is not None
+                    and found[1].get("token") == lease.token
+                    and found[1].get("status") == status
+                )
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: recording the outcome of {key!r} failed: {_text(exc)}"
+            ) from exc
+        self._won.pop((lease.job, lease.slot), None)
+        return True
+
+    async def _read(self, kv: KeyValue, key: str) -> tuple[int, dict[str, Any]] | None:
+        try:
+            entry = await kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if entry.revision is None:
+            return None
+        return entry.revision, _load(entry.value)
+
+    # -- history -----------------------------------------------------------------
+    async def history(self, query: HistoryQuery) -> list[RunRecord]:
+        """Every entry still in the bucket (younger than its max age) that matches."""
+        kv = self._open_kv()
+        keys = "c.>" if query.job is None else f"c.{encode_job(query.job)}.>"
+        records: list[RunRecord] = []
+        try:
+            watcher = cast(Any, await kv.watch(keys, ignore_deletes=True))
+            try:
+                while True:
+                    entry = await watcher.updates(timeout=self.timeout_ms / 1000)
+                    if entry is None:
+                        break
+                    record = _run_record(_load(entry.value))
+                    if record is not None and _matches(record, query):
+                        records.append(record)
+            finally:
+                await watcher.stop()
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: reading the history failed: {_text(exc)}"
+            ) from exc
+        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
+        return records[: query.limit]
+
+    # -- connection ------------------------------------------------------------------
+    def _open_kv(self) -> KeyValue:
+        """The bucket, failing fast while disconnected: nothing is queued for later.
+
+        nats-py would buffer a request sent while it reconnects and deliver it after the
+        outage, possibly long after its claim stopped being wanted.
+        """
+        if self._kv is None or self._nc is None or self._nc.is_closed:
+            raise BackendUnavailable(f"the NATS backend for {self.describe()} is not open")
+        if not self._nc.is_connected:
+            raise BackendUnavailable(f"NATS at {self.describe()} is reconnecting")
+        return self._kv
+
+    def _connect_error(self, exc: BaseException) -> BackendError:
+        where = f"NATS at {self.describe()}"
+        seen = [*self._errors, exc]
+        if any(
+            isinstance(e, nats.errors.AuthorizationError) or "Authorization Violation" in str(e)
+            for e in seen
+        ):
+            who = self._auth.get("user") or (
+                "a token" if self._auth.get("token") else "no credentials"
+            )
+            return BackendError(
+                f"{where} refused the credentials ({who}): Authorization Violation; check the "
+                f"user and password (or token) in the URL"
+            )
+        cause = next(
+            (e for e in reversed(seen) if not isinstance(e, nats.errors.NoServersError)), exc
+        )
+        return BackendUnavailable(f"{where} cannot be reached: {_text(cause)}")
+
+    async def _on_error(self, exc: Exception) -> None:
+        if self._opening:
+            self._errors.append(exc)
+            return
+        logger.warning("NATS connection error (%s): %s", self.describe(), _text(exc))
+
+    async def _on_disconnected(self) -> None:
+        if not self._opening and self._nc is not None:
+            logger.warning("disconnected from NATS at %s; reconnecting", self.describe())
+
+    async def _on_reconnected(self) -> None:
+        logger.info("reconnected to NATS at %s", self.describe())
+
+
+def _backoff(servers: list[Server], info: dict[str, Any]) -> tuple[Server | None, float]:
+    """Reconnect to the server tried least, after a jittered, doubling delay."""
+    best = min(servers, key=lambda s: s.reconnects)
+    delay = min(_RECONNECT_MIN_S * 2 ** min(best.reconnects, 10), _RECONNECT_MAX_S)
+    return best, delay * random.uniform(0.5, 1.0)
+
+
+async def _close_quietly(nc: Client) -> None:
+    try:
+        await nc.close()
+    except _TRANSIENT as exc:  # already broken: nothing left to release
+        logger.debug("closing the NATS connection failed: %s", exc)
+
+
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > _MAX_REMEMBERED:
+        cache.popitem(last=False)
+
+
+def _dump(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _load(value: bytes | None) -> dict[str, Any]:
+    try:
+        data = json.loads(value or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _run_record(data: dict[str, Any]) -> RunRecord | None:
+    try:
+        return RunRecord(
+            job=str(data["job"]),
+            slot=int(data["slot"]),
+            attempt=1,
+            origin=Origin(data.get("origin", Origin.SCHEDULE)),
+            status=Status(data["status"]),
+            instance_id=data.get("instance_id"),
+            claimed_at=data.get("claimed_at"),
+            started_at=data.get("claimed_at"),
+            finished_at=data.get("finished_at"),
+            error=data.get("error"),
+            meta=dict(data.get("meta") or {}),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None  # not an anarchon record: skipped
+
+
+def _matches(record: RunRecord, query: HistoryQuery) -> bool:
+    return (
+        (query.job is None or record.job == query.job)
+        and (query.status is None or record.status == query.status)
+        and (query.since is None or record.slot >= query.since)
+        and (query.until is None or record.slot < query.until)
+    )
+
+
+def _parse_url(url: str) -> tuple[list[str], dict[str, str | None], dict[str, str]]:
+    """Servers, credentials and options of a ``nats://`` URL."""
+    from . import mask_url
+
+    def invalid(why: str = "") -> ConfigurationError:
+        return ConfigurationError(
+            f"NATS URL {mask_url(url) if isinstance(url, str) else url!r} is not valid"
+            f"{f' ({why})' if why else ''}: use {_URL_FORM}"
+        )
+
+    if not isinstance(url, str):
+        raise invalid()
+    try:
+        parts = urlsplit(url)
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise invalid(str(exc)) from exc
+    if parts.scheme != "nats" or parts.fragment or parts.path not in ("", "/"):
+        raise invalid()
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    auth: dict[str, str | None] = {}
+    if userinfo:
+        user, colon, password = userinfo.partition(":")
+        if colon:
+            auth = {"user": unquote(user), "password": unquote(password)}
+        else:
+            auth = {"token": unquote(user)}
+    servers = []
+    for host in hosts.split(","):
+        try:
+            one = urlsplit(f"nats://{host}")
+            port = one.port
+        except ValueError as exc:
+            raise invalid(str(exc)) from exc
+        if not host or not one.hostname:
+            raise invalid("a host is missing")
+        servers.append(f"nats://{host if port else f'{host}:4222'}")
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in _OPTIONS:
+            raise ConfigurationError(
+                f"NATS URL {mask_url(url)!r} has an unknown option {key!r}; accepted: "
+                + ", ".join(_OPTIONS)
+            )
+        if key in options:
+            raise ConfigurationError(f"NATS URL {mask_url(url)!r} repeats option {key!r}")
+        options[key] = value
+    return servers, auth, options
+
+
+def _validate_bucket(bucket: object) -> str:
+    if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket):
+        raise ConfigurationError(
+            f"NATS bucket {bucket!r} is not valid: use 1-64 characters from A-Z a-z 0-9 _ -"
+        )
+    return bucket
+
+
+def _duration(key: str, text: str | None, value: int | None, default: int) -> int:
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigurationError(
+                f"NATS option {key}_ms={value!r} is not valid: give milliseconds as an int >= 0"
+            )
+        return value
+    if text is None:
+        return default
+    return parse_duration_ms(text, what=f"NATS URL option {key}", allow_zero=key == "margin")
+
+
+def _replicas(text: str | None, value: int | None) -> int:
+    if value is None:
+        value = 1 if text is None else int(text) if text.isdigit() else 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
+        raise ConfigurationError(
+            f"NATS replicas {text if value == 0 else value!r} is not valid: give 1 to 5 "
+            f"(JetStream stream replicas)"
+        )
+    return value
+
+
+def _text(exc: BaseException) -> str:
+    text = str(exc) or repr(exc)
+    return f"{type(exc).__name__}: {text}"

@@ -1,0 +1,221 @@
+"""NATS JetStream for the shared suites, and throwaway servers for the resilience tests.
+
+The shared server is ``$ANARCHON_TEST_NATS`` (default ``nats://127.0.0.1:4222``); when it
+does not answer, the tests skip (or fail under ``ANARCHON_REQUIRE_SERVICES=1``). Every
+store gets its own random bucket, deleted when the test ends. Tests that restart a
+server or need authentication start their own :class:`NatsServer` (own port, own data
+directory, JetStream on) and never touch the shared one. The NATS backend is
+claim-only, so it does not join the conformance suite (written for lease stores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import nats
+import nats.js.errors
+import registry
+from nats.aio.client import Client
+from services import service_unreachable
+
+T = TypeVar("T")
+
+NATS_URL = os.environ.get("ANARCHON_TEST_NATS", "nats://127.0.0.1:4222")
+
+_reachable: str | None = None  # "" once the server answered, else why it did not
+
+
+def run_sync(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion on a private loop in a thread (safe inside a loop)."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(_call(make)))
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="nats-test-helper")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+async def _call(make: Callable[[], Awaitable[T]]) -> T:
+    return await make()
+
+
+async def _connect(url: str) -> Client:
+    async def quiet(exc: Exception) -> None:
+        pass
+
+    return await nats.connect(
+        url, connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0, error_cb=quiet
+    )
+
+
+def require_nats() -> str:
+    """The shared server's URL, or skip (fail under CI) when it does not answer."""
+    global _reachable
+    if _reachable is None:
+
+        async def probe() -> None:
+            nc = await _connect(NATS_URL)
+            try:
+                await nc.jetstream().account_info()
+            finally:
+                await nc.close()
+
+        try:
+            run_sync(probe)
+            _reachable = ""
+        except Exception as exc:
+            _reachable = f"{type(exc).__name__}: {exc}"
+    if _reachable:
+        service_unreachable("NATS JetStream", f"{NATS_URL} does not answer: {_reachable}")
+    return NATS_URL
+
+
+def fresh_bucket() -> str:
+    return f"anarchon_t{secrets.token_hex(5)}"
+
+
+def delete_bucket(bucket: str, url: str = NATS_URL) -> None:
+    """Delete a test's bucket (and its stream); a missing one is fine."""
+
+    async def delete() -> None:
+        nc = await _connect(url)
+        try:
+            await nc.jetstream().delete_key_value(bucket)
+        except nats.js.errors.NotFoundError:
+            pass
+        finally:
+            await nc.close()
+
+    run_sync(delete)
+
+
+def nats_server_binary() -> str | None:
+    return shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/bin")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class NatsServer:
+    """A throwaway ``nats-server`` of one test: own port and data directory."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        jetstream: bool = True,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        binary = nats_server_binary()
+        if binary is None:
+            service_unreachable("nats-server", "the binary is not installed")
+        self.binary = binary
+        self.directory = directory
+        self.port = free_port()
+        self.jetstream = jetstream
+        self.user, self.password = user, password
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> NatsServer:
+        args = [self.binary, "-a", "127.0.0.1", "-p", str(self.port)]
+        if self.jetstream:
+            args += ["-js", "-sd", str(self.directory / "jetstream")]
+        if self.user is not None:
+            args += ["--user", self.user, "--pass", self.password or ""]
+        log = open(self.directory / "nats-server.log", "ab")  # noqa: SIM115 - closed below
+        try:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=log)
+        finally:
+            log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited: {self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    if not self.jetstream or "Server is ready" in self.log():
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"nats-server did not start: {self.log()}")
+
+    def stop(self) -> None:
+        """Stop gracefully (SIGTERM: JetStream flushes its files), or kill after 10 s."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill(self) -> None:
+        """Kill the server process at once (``SIGKILL``): nothing is flushed."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def restart(self, down_s: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+    def log(self) -> str:
+        path = self.directory / "nats-server.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+@contextmanager
+def nats_server(directory: Path, **options: str | bool | None) -> Iterator[NatsServer]:
+    """A started throwaway server, stopped at the end."""
+    server = NatsServer(directory, **options)  # type: ignore[arg-type]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@registry.claim_only_url_factory("nats")
+@contextmanager
+def _nats_url(tmp_path: Path) -> Iterator[str]:
+    url = require_nats()
+    bucket = fresh_bucket()
+    try:
+        yield f"{url}/?bucket={bucket}"
+    finally:
+        delete_bucket(bucket, url)

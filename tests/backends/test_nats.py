@@ -1,0 +1,531 @@
+"""What the NATS JetStream backend promises: URLs, key encoding, one winner per run under
+contention, ambiguous claims read back, outcomes and history, the claim horizon, a bucket
+that expires its entries, race-free creation, the layout version, clear errors at start,
+claim-only refusals, and a scheduler that survives its server restarting.
+
+Tests on the shared server use their own random bucket (``stores_nats``), deleted after;
+tests that restart a server or need authentication start their own ``nats-server``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import multiprocessing
+import random
+import re
+import secrets
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.js import api
+from stores_nats import (
+    NATS_URL,
+    NatsServer,
+    delete_bucket,
+    free_port,
+    fresh_bucket,
+    nats_server,
+    require_nats,
+)
+
+from anarchon_core import RunContext, Scheduler
+from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
+from anarchon_core.backends import backend_from_url
+from anarchon_core.backends.nats import NatsBackend, decode_job, encode_job
+from anarchon_core.cli import main as cli_main
+from anarchon_core.errors import (
+    BackendError,
+    BackendUnavailable,
+    CapabilityError,
+    ConfigurationError,
+    SchemaVersionError,
+)
+from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
+
+HOUR = 3_600_000
+NATS_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
+
+
+def request(
+    slot: int, token: str | None = None, job: str = "job", horizon_ms: int = HOUR
+) -> ClaimRequest:
+    token = token or secrets.token_hex(8)
+    return ClaimRequest(
+        job=job,
+        slot=slot,
+        origin=Origin.SCHEDULE,
+        token=token,
+        instance_id=f"worker:{token[:6]}",
+        lease_ms=0,
+        horizon_ms=horizon_ms,
+        skip_overlap=False,
+    )
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def bucket() -> Iterator[str]:
+    require_nats()
+    name = fresh_bucket()
+    yield name
+    delete_bucket(name)
+
+
+@pytest.fixture
+def open_store(bucket: str) -> Callable[..., Any]:
+    """``async with open_store(**options) as store``: an open backend on the test's bucket."""
+
+    @asynccontextmanager
+    async def make(url: str = NATS_URL, **params: str) -> AsyncIterator[NatsBackend]:
+        query = "&".join(f"{k}={v}" for k, v in {"bucket": bucket, **params}.items())
+        store = NatsBackend(f"{url}/?{query}")
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    return make
+
+
+async def stream_info(bucket: str, url: str = NATS_URL) -> api.StreamInfo:
+    nc = await nats.connect(url)
+    try:
+        return await nc.jetstream().stream_info(f"KV_{bucket}")
+    finally:
+        await nc.close()
+
+
+# -- URLs and keys -----------------------------------------------------------------------
+def test_factory_builds_it_from_a_nats_url() -> None:
+    store = backend_from_url("nats://alice:s3cret@n1:4222,n2/?bucket=jobs&ttl=2h&margin=30s")
+    assert isinstance(store, NatsBackend)
+    assert store.capabilities.lease is False
+    assert store.capabilities.store_clock is False
+    assert store.capabilities.finish is True
+    assert (store.bucket, store.ttl_ms, store.margin_ms) == ("jobs", 7_200_000, 30_000)
+    assert store.describe() == "nats://alice:***@n1:4222,n2:4222/?bucket=jobs&ttl=2h&margin=30s"
+    token = backend_from_url("nats://t0ken@localhost")
+    assert token.describe() == "nats://***@localhost:4222/?bucket=anarchon"
+    assert NatsBackend().stream == "KV_anarchon"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nats://", "a host is missing"),
+        ("nats://host:99999", "is not valid"),
+        ("nats://host/path", "is not valid"),
+        ("nats://host/?bucket=a.b", "NATS bucket 'a.b' is not valid"),
+        ("nats://host/?bucket=", "NATS bucket '' is not valid"),
+        ("nats://host/?stream=x", "unknown option 'stream'; accepted: bucket"),
+        ("nats://host/?bucket=a&bucket=b", "repeats option 'bucket'"),
+        ("nats://host/?ttl=30s&margin=1m", "it must exceed the margin"),
+        ("nats://host/?ttl=24", "a bare number has no unit"),
+        ("nats://host/?replicas=7", "give 1 to 5"),
+        ("nats://u:hunter2@host/?replicas=x", "give 1 to 5"),
+    ],
+)
+def test_bad_urls_are_refused_with_the_accepted_form(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message) as info:
+        backend_from_url(url)
+    assert "hunter2" not in str(info.value)
+
+
+ODD_NAMES = ["a", "a.b", "a:b", "a-b", "a_b", "a..b", "a.", "ns:job.", "A.b:c-d_e", "0", "x" * 200]
+
+
+@pytest.mark.parametrize("job", ODD_NAMES)
+def test_job_names_become_valid_nats_keys(job: str) -> None:
+    key = NatsBackend().run_key(job, -(10**15))
+    assert NATS_KEY.fullmatch(key) and not key.startswith(".") and not key.endswith(".")
+    prefix, encoded, slot = key.split(".")
+    assert (prefix, decode_job(encoded), slot) == ("c", job, str(-(10**15)))
+
+
+def test_key_encoding_is_one_to_one() -> None:
+    rng = random.Random(7)
+    alphabet = "ab.:_-"
+    names = {
+        "a" + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(3000)
+    }
+    assert len({encode_job(n) for n in names}) == len(names)
+    with pytest.raises(ConfigurationError, match="job name in the store"):
+        encode_job("no spaces")
+
+
+# -- the claim --------------------------------------------------------------------------
+async def test_exactly_one_winner_under_heavy_contention(open_store: Callable[..., Any]) -> None:
+    slot = now_ms() // 1000 * 1000
+    jobs = [f"contended.{n}" for n in range(40)]
+    async with open_store() as a, open_store() as b, open_store() as c, open_store() as d:
+        claims = [store.claim(request(slot, job=job)) for job in jobs for store in (a, b, c, d) * 5]
+        answers = await asyncio.gather(*claims)
+    owners = [j for j in jobs for _ in range(20)]
+    won = Counter(job for job, a in zip(owners, answers, strict=True) if a.outcome == Outcome.WON)
+    assert won == Counter(jobs), "every run won exactly once"
+    assert {a.outcome for a in answers} == {Outcome.WON, Outcome.TAKEN}
+
+
+async def test_odd_but_valid_names_claim_their_own_key(open_store: Callable[..., Any]) -> None:
+    slot = now_ms()
+    async with open_store() as store:
+        first = [await store.claim(request(slot, job=name)) for name in ODD_NAMES]
+        again = [await store.claim(request(slot, job=name)) for name in ODD_NAMES]
+        assert [c.outcome for c in first] == [Outcome.WON] * len(ODD_NAMES)
+        assert [c.outcome for c in again] == [Outcome.TAKEN] * len(ODD_NAMES)
+        records = await store.history(HistoryQuery(limit=1000))
+        assert sorted(r.job for r in records) == sorted(ODD_NAMES)
+
+
+async def test_an_ambiguous_claim_is_read_back_by_its_token(
+    open_store: Callable[..., Any],
+) -> None:
+    """A claim whose answer was lost is retried with its token: the entry tells who won."""
+    slot = now_ms()
+    async with open_store() as store:
+        assert (await store.claim(request(slot, token="mine"))).outcome == Outcome.WON
+        store._ambiguous["mine"] = None  # as if the acknowledgement had been lost
+        again = await store.claim(request(slot, token="mine"))
+        assert (again.outcome, again.attempt) == (Outcome.WON, 1)
+        store._ambiguous["other"] = None
+        assert (await store.claim(request(slot, token="other"))).outcome == Outcome.TAKEN
+        assert not store._ambiguous
+        # Without a lost answer, a repeated claim is simply taken (one round trip).
+        assert (await store.claim(request(slot, token="mine"))).outcome == Outcome.TAKEN
+
+
+async def test_horizon_early_claims_and_the_bucket_age_bound_it(
+    open_store: Callable[..., Any],
+) -> None:
+    now = now_ms()
+    async with open_store(ttl="10s", margin="2s") as store:
+        assert (await store.claim(request(now - 5_000, horizon_ms=4_000))).outcome == (
+            Outcome.EXPIRED
+        )
+        assert (await store.claim(request(now + 60_000))).outcome == Outcome.EARLY
+        # An hour of horizon is cut to max age - margin: the entry must outlive it.
+        assert store.horizon_ms(HOUR) == 8_000
+        assert (await store.claim(request(now - 9_000))).outcome == Outcome.EXPIRED
+        assert (await store.claim(request(now - 7_000))).outcome == Outcome.WON
+        assert await store.history(HistoryQuery()) != []
+
+
+async def test_entries_expire_with_the_bucket_max_age(
+    open_store: Callable[..., Any], bucket: str
+) -> None:
+    """Nothing piles up: JetStream deletes entries older than the bucket's max age."""
+    async with open_store(ttl="1s", margin="0s") as store:
+        assert (await store.claim(request(now_ms(), horizon_ms=500))).outcome == Outcome.WON
+        assert len(await store.history(HistoryQuery())) == 1
+        deadline = time.monotonic() + 6
+        while await store.history(HistoryQuery()):
+            assert time.monotonic() < deadline, "the entry did not expire"
+            await asyncio.sleep(0.2)
+    assert (await stream_info(bucket)).state.messages == 0
+
+
+# -- outcomes and history -------------------------------------------------------------------
+async def test_finish_records_the_outcome_fenced_by_token(open_store: Callable[..., Any]) -> None:
+    slot = now_ms()
+    async with open_store() as store, open_store() as other:
+        assert (await store.claim(request(slot, token="tok", job="a"))).outcome == Outcome.WON
+        lease = Lease("a", slot, 1, "tok")
+        assert await store.finish(Lease("a", slot, 1, "stale"), Status.SUCCESS) is False
+        assert await store.finish(lease, Status.FAILED, error="boom", meta={"k": 1})
+        assert await store.finish(lease, Status.FAILED) is True  # a repeat is accepted
+        assert await other.finish(lease, Status.SUCCESS) is False  # but never changed
+        assert (await other.claim(request(slot, token="x", job="b"))).outcome == Outcome.WON
+        assert await store.finish(Lease("b", slot, 1, "x"), Status.SUCCESS)  # no cached rev
+        assert await store.finish(Lease("zzz", slot, 1, "x"), Status.SUCCESS) is False
+        [a, b] = await store.history(HistoryQuery())
+    assert (a.job, a.status, a.error, a.meta, a.attempt) == (
+        "a",
+        Status.FAILED,
+        "boom",
+        {"k": 1},
+        1,
+    )
+    assert a.finished_at is not None and a.claimed_at is not None and a.started_at == a.claimed_at
+    assert (b.job, b.status, b.instance_id) == ("b", Status.SUCCESS, "worker:x")
+
+
+async def test_history_filters_and_orders(open_store: Callable[..., Any]) -> None:
+    base = now_ms() // 1000 * 1000 - 10_000
+    async with open_store() as store:
+        for n in range(5):
+            for job in ("x", "y:z"):
+                await store.claim(request(base + n * 1000, token=f"{job}{n}", job=job))
+        await store.finish(Lease("x", base + 1000, 1, "x1"), Status.SUCCESS)
+        everything = await store.history(HistoryQuery(limit=100))
+        assert [(r.slot, r.job) for r in everything[:3]] == [
+            (base + 4000, "x"),
+            (base + 4000, "y:z"),
+            (base + 3000, "x"),
+        ]
+        assert len(await store.history(HistoryQuery(job="y:z"))) == 5
+        assert [r.slot for r in await store.history(HistoryQuery(status=Status.SUCCESS))] == [
+            base + 1000
+        ]
+        window = await store.history(HistoryQuery(since=base + 1000, until=base + 3000))
+        assert sorted({r.slot for r in window}) == [base + 1000, base + 2000]
+        assert len(await store.history(HistoryQuery(limit=3))) == 3
+        assert await store.history(HistoryQuery(job="nobody")) == []
+        assert await store.prune(now_ms()) == 0
+
+
+def _claim_worker(prefix: str, slot: int, jobs: int, barrier: Barrier, results: Any) -> None:
+    """One process: open its own store, wait for the others, claim every run once."""
+
+    async def main() -> list[str]:
+        store = NatsBackend(f"{NATS_URL}/?bucket={prefix}")
+        await store.open()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
+            answers = await asyncio.gather(
+                *(store.claim(request(slot, job=f"mp.{n}")) for n in range(jobs))
+            )
+            return [f"mp.{n}" for n, a in enumerate(answers) if a.outcome == Outcome.WON]
+        finally:
+            await store.close()
+
+    results.put(asyncio.run(main()))
+
+
+def test_exactly_one_winner_across_processes(bucket: str) -> None:
+    """Four processes, each with its own connection, claim the same 300 runs at once."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    slot, jobs = now_ms(), 300
+    procs = [
+        ctx.Process(target=_claim_worker, args=(bucket, slot, jobs, barrier, results))
+        for _ in range(4)
+    ]
+    for proc in procs:
+        proc.start()
+    won = Counter(job for _ in procs for job in results.get(timeout=60))
+    for proc in procs:
+        proc.join(30)
+        assert proc.exitcode == 0
+    results.close()
+    results.join_thread()
+    assert won == Counter(f"mp.{n}" for n in range(jobs)), "every run won exactly once"
+
+
+# -- start: bucket, layout, errors ------------------------------------------------------------
+async def test_concurrent_first_starts_create_the_bucket_once(bucket: str) -> None:
+    stores = [NatsBackend(f"{NATS_URL}/?bucket={bucket}&ttl={n + 1}h") for n in range(8)]
+    try:
+        await asyncio.gather(*(s.open() for s in stores))
+        info = await stream_info(bucket)
+        assert info.config.description == f"anarchon claim records, layout {SCHEMA_VERSION}"
+        assert info.config.max_msgs_per_subject == 1
+        assert info.config.max_age is not None
+        assert {s.horizon_ms(100 * HOUR) for s in stores} == {info.config.max_age * 1000 - 60_000}
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_a_newer_layout_or_a_foreign_bucket_is_refused(bucket: str) -> None:
+    nc = await nats.connect(NATS_URL)
+    try:
+        js = nc.jetstream()
+        await js.create_key_value(
+            api.KeyValueConfig(bucket=bucket, description="anarchon claim records, layout 99")
+        )
+        with pytest.raises(SchemaVersionError, match="layout 99, written by a newer anarchon"):
+            await NatsBackend(f"{NATS_URL}/?bucket={bucket}").open()
+        await js.delete_key_value(bucket)
+        await js.create_key_value(api.KeyValueConfig(bucket=bucket, history=5))
+        with pytest.raises(BackendError, match="is not an anarchon claim bucket"):
+            await NatsBackend(f"{NATS_URL}/?bucket={bucket}").open()
+        await js.delete_key_value(bucket)
+        await js.create_key_value(api.KeyValueConfig(bucket=bucket, ttl=30))
+        with pytest.raises(ConfigurationError, match="not longer than the margin"):
+            await NatsBackend(f"{NATS_URL}/?bucket={bucket}").open()
+    finally:
+        await nc.close()
+
+
+async def test_unreachable_server_is_unavailable_at_open() -> None:
+    store = backend_from_url(f"nats://127.0.0.1:{free_port()}")
+    with pytest.raises(BackendUnavailable, match="cannot be reached: ConnectionRefusedError"):
+        await store.open()
+    with pytest.raises(BackendUnavailable, match="is not open"):
+        await store.claim(request(now_ms()))
+    await store.close()
+
+
+async def test_wrong_credentials_and_missing_jetstream_are_clear_errors(tmp_path: Path) -> None:
+    with nats_server(tmp_path, user="anarchon", password="right") as server:
+        wrong = backend_from_url(f"nats://anarchon:wrong@127.0.0.1:{server.port}")
+        with pytest.raises(BackendError, match="refused the credentials") as info:
+            await wrong.open()
+        assert "wrong" not in str(info.value) and "anarchon:***@" in str(info.value)
+        ok = backend_from_url(f"nats://anarchon:right@127.0.0.1:{server.port}")
+        await ok.open()
+        assert (await ok.claim(request(now_ms()))).outcome == Outcome.WON
+        await ok.close()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with nats_server(plain, jetstream=False) as server:
+        store = backend_from_url(server.url)
+        with pytest.raises(BackendError, match="JetStream is not enabled"):
+            await store.open()
+
+
+# -- the scheduler on NATS ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"catch_up": "all"}, "catch_up='all' needs a lease backend"),
+        ({"overlap": "skip"}, "overlap='skip' needs a lease backend"),
+        ({"max_attempts": 2}, "max_attempts=2 allows takeovers"),
+    ],
+)
+async def test_lease_only_options_are_refused(
+    bucket: str, options: dict[str, Any], message: str
+) -> None:
+    scheduler = Scheduler(f"{NATS_URL}/?bucket={bucket}")
+    scheduler.every("job", "1h", lambda ctx: None, **options)
+    with pytest.raises(CapabilityError, match=message) as info:
+        await scheduler.start()
+    assert f"the nats backend (nats://127.0.0.1:4222/?bucket={bucket}) is claim-only" in str(
+        info.value
+    )
+    assert "sqlite://, postgresql://, redis://?strategy=lease" in str(info.value)
+
+
+async def test_history_shows_claimed_then_the_outcome(
+    bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{NATS_URL}/?bucket={bucket}"
+    scheduler = Scheduler(url, instance_id="solo", jitter_ms=0, namespace="svc")
+    gate = asyncio.Event()
+
+    @scheduler.every("ok", "200ms")
+    async def ok(ctx: RunContext) -> None:
+        ctx.meta["n"] = 1
+
+    @scheduler.every("bad", "200ms")
+    async def bad(ctx: RunContext) -> None:
+        raise ValueError("nope")
+
+    @scheduler.every("slow", "200ms", timeout_ms=5_000)
+    async def slow(ctx: RunContext) -> None:
+        await gate.wait()
+
+    await scheduler.start()
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            statuses = {(r.job, r.status) for r in await scheduler.history(limit=1000)}
+            if {("svc:ok", Status.SUCCESS), ("svc:bad", Status.FAILED)} <= statuses and (
+                "svc:slow",
+                Status.CLAIMED,
+            ) in statuses:
+                break
+            assert time.monotonic() < deadline, statuses
+            await asyncio.sleep(0.05)
+    finally:
+        gate.set()
+        await scheduler.stop()
+    loop = asyncio.get_running_loop()
+    code = await loop.run_in_executor(
+        None, cli_main, ["history", "--backend", url, "--job", "svc:bad", "--json", "--limit", "1"]
+    )
+    assert code == 0
+    [line] = capsys.readouterr().out.splitlines()  # JSON lines, one per record
+    record = json.loads(line)
+    assert (record["status"], record["instance_id"], record["attempt"]) == ("failed", "solo", 1)
+    assert "ValueError: nope" in record["error"]
+
+
+async def test_scheduler_survives_a_server_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three schedulers run a job every 200 ms while their own server restarts."""
+    server = NatsServer(tmp_path).start()
+    runs: list[tuple[str, int]] = []
+    schedulers = []
+    try:
+        for n in range(3):
+            scheduler = Scheduler(
+                f"{server.url}/?bucket=resilience&timeout=1s", instance_id=f"i{n}", jitter_ms=40
+            )
+
+            @scheduler.every("tick", "200ms")
+            async def tick(ctx: RunContext) -> None:
+                runs.append((ctx.instance_id, ctx.slot))
+
+            schedulers.append(scheduler)
+
+        async def ran(count: int, timeout: float = 15) -> None:
+            deadline = time.monotonic() + timeout
+            while len(runs) < count:
+                assert time.monotonic() < deadline, f"only {len(runs)} runs"
+                await asyncio.sleep(0.02)
+
+        caplog.set_level(logging.INFO)
+        for scheduler in schedulers:
+            await scheduler.start()
+        try:
+            await ran(3)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, server.restart, 0.5)
+            restarted = len(runs)
+            await ran(restarted + 5)
+        finally:
+            for scheduler in schedulers:
+                await scheduler.stop()
+        reader = NatsBackend(f"{server.url}/?bucket=resilience")
+        await reader.open()
+        try:
+            recorded = await reader.history(HistoryQuery(limit=10_000))
+        finally:
+            await reader.close()
+    finally:
+        server.stop()
+    assert "engine loop crashed" not in caplog.text
+    assert "reconnected to NATS" in caplog.text
+    slots = Counter(slot for _, slot in runs)
+    assert max(slots.values()) == 1, "no slot ran twice"
+    # Every run's claim, from before the restart too, is still in the bucket, by its runner.
+    assert {(r.instance_id, r.slot) for r in recorded} >= set(runs)
+
+
+async def test_acknowledged_claims_survive_a_killed_server(tmp_path: Path) -> None:
+    """``kill -9`` of the server process loses no acknowledged claim (file storage)."""
+    server = NatsServer(tmp_path).start()
+    try:
+        store = NatsBackend(f"{server.url}/?bucket=durable")
+        await store.open()
+        slot = now_ms()
+        try:
+            for n in range(50):
+                assert (await store.claim(request(slot, job=f"j{n}"))).outcome == Outcome.WON
+        finally:
+            await store.close()
+        server.kill()
+        server.start()
+        store = NatsBackend(f"{server.url}/?bucket=durable")
+        await store.open()
+        try:
+            answers = [await store.claim(request(slot, job=f"j{n}")) for n in range(50)]
+            assert {a.outcome for a in answers} == {Outcome.TAKEN}
+        finally:
+            await store.close()
+    finally:
+        server.stop()
