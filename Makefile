@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test lint typecheck bench bench-servers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+bench-servers: $(STAMP)
+	$(BIN)/python -m benchmarks servers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -11,16 +11,19 @@ import sys
 import time
 from collections.abc import Sequence
 
-from . import BENCHMARKS
+from . import BENCHMARKS, SERVER_BENCHMARKS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     names = list(sys.argv[1:] if argv is None else argv) or list(BENCHMARKS)
-    unknown = [n for n in names if n not in BENCHMARKS]
+    if names == ["servers"]:
+        names = list(SERVER_BENCHMARKS)
+    known = (*BENCHMARKS, *SERVER_BENCHMARKS)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"unknown benchmark(s) {unknown}: choose from {', '.join(BENCHMARKS)}")
+        print(f"unknown benchmark(s) {unknown}: choose from {', '.join(known)} or 'servers'")
         return 2
-    print(f"anarchon core benchmarks: {', '.join(names)}", flush=True)
+    print(f"anarchon benchmarks: {', '.join(names)}", flush=True)
     failed = []
     start = time.perf_counter()
     for name in names:
