@@ -4,7 +4,8 @@ Run all of them with ``python -m benchmarks`` (``make bench``) or one with
 ``python -m benchmarks.claims``, ``python -m benchmarks.lateness`` or
 ``python -m benchmarks.idle``; ``python -m benchmarks servers`` runs the store
 benchmarks that need the local PostgreSQL, Redis, RabbitMQ and NATS. Every figure is
-measured when the benchmark runs; nothing is hard-coded. See ``docs/benchmarks.md`` for what each one measures.
+measured when the benchmark runs; nothing is hard-coded. See ``docs/benchmarks.md``
+for what each one measures.
 """
 
 from __future__ import annotations
