@@ -7,7 +7,7 @@ each one.
 
 from __future__ import annotations
 
-from .backend import Backend, Capabilities
+from .backend import Backend, Capabilities, InstanceInfo
 from .backends import MemoryBackend, backend_from_url
 from .background import BackgroundScheduler
 from .context import RunContext
@@ -22,6 +22,7 @@ from .errors import (
     SchemaVersionError,
 )
 from .job import Job
+from .operations import NoLiveInstanceError
 from .records import Origin, RunRecord, Status
 from .scheduler import Scheduler
 from .schedules import Cron, Every, Schedule
@@ -39,8 +40,10 @@ __all__ = [
     "ConfigurationError",
     "Cron",
     "Every",
+    "InstanceInfo",
     "Job",
     "MemoryBackend",
+    "NoLiveInstanceError",
     "Origin",
     "RunCancelled",
     "RunContext",

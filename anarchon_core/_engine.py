@@ -12,16 +12,20 @@ retried, never raised out of a loop.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import os
 import random
 import secrets
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from ._attempts import Attempts
 from ._support import EngineConfig, EngineLog, retry_store
-from .backend import Backend, Claim, ClaimRequest, DueRun, Lease, TakeoverRequest
-from .errors import BackendUnavailable
+from .backend import Backend, Claim, ClaimRequest, DueRun, InstanceInfo, Lease, TakeoverRequest
+from .errors import BackendUnavailable, CapabilityError
 from .job import MAX_CATCH_UP_SLOTS, MAX_MISFIRE_GRACE_MS, Job
+from .operations import fingerprint_mismatches
 from .records import Origin, Outcome
 from .schedules import Schedule
 
@@ -34,6 +38,10 @@ T = TypeVar("T")
 HORIZON_MARGIN_MS = 1000
 #: Skew is sampled only from claims answered this fast.
 SKEW_SAMPLE_MAX_RTT_MS = 100
+#: Compare the live instances' job fingerprints every this many registry refreshes.
+MISMATCH_CHECK_PERIODS = 30
+#: How long stop() waits to leave the registry.
+REGISTRY_STOP_TIMEOUT_S = 2.0
 #: Prune history at most this often per instance.
 PRUNE_EVERY_S = 3600.0
 
@@ -52,6 +60,8 @@ class Engine:
         self._lease = backend.capabilities.lease
         self._loops: set[asyncio.Future[Any]] = set()
         self._heartbeat: asyncio.Future[Any] | None = None
+        self._started_at = config.clock()
+        self._reported_mismatches: set[str] = set()
 
     # -- life cycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -82,6 +92,7 @@ class Engine:
         if self._lease:
             self._heartbeat = self._spawn(self.attempts.heartbeat_loop())
             self._spawn(self._sweep_loop())
+            self._spawn(self._registry_loop())
         self._spawn(self._prune_loop())
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:
@@ -106,6 +117,14 @@ class Engine:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         await asyncio.gather(*self._loops, *self.attempts.tasks, return_exceptions=True)
+        if self._lease:
+            try:
+                async with asyncio.timeout(REGISTRY_STOP_TIMEOUT_S):
+                    await self.backend.unregister(self.config.instance_id)
+            except CapabilityError:
+                pass
+            except Exception as exc:  # it expires on its own after one lease
+                self.log.warn(None, None, None, "could not leave the instance registry: %s", exc)
         await self.backend.close()
 
     # -- slots -------------------------------------------------------------------
@@ -260,6 +279,55 @@ class Engine:
             why = "max_attempts reached" if claim.outcome == Outcome.EXHAUSTED else "too late"
             self.log.warn(job, run.slot, run.attempt, "run ended interrupted: %s", why)
 
+    # -- the instance registry -------------------------------------------------------
+    def instance_info(self) -> InstanceInfo:
+        """What this instance tells the registry: who it is and the specs of its jobs."""
+        return InstanceInfo(
+            instance_id=self.config.instance_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            version=_version(),
+            started_at=self._started_at,
+            last_seen=0,
+            jobs={name: job.spec() for name, job in self.jobs.items()},
+        )
+
+    async def _registry_loop(self) -> None:
+        """Stay in the registry while alive (expiring one lease after the last refresh)."""
+        info = self.instance_info()
+        periods = 0
+        while True:
+            try:
+                await self.backend.register(info, self.config.lease_ms)
+                if periods % MISMATCH_CHECK_PERIODS == 0:
+                    await self._check_fingerprints()
+            except CapabilityError as exc:  # a store without a registry: nothing to refresh
+                self.log.warn(None, None, None, "no instance registry: %s", exc)
+                return
+            except Exception as exc:
+                self.stats["store_errors"] += 1
+                self.log.warn(None, None, None, "registry refresh failed: %s", exc)
+            periods += 1
+            await asyncio.sleep(self.config.heartbeat_ms / 1000)
+
+    async def _check_fingerprints(self) -> None:
+        """Warn when live replicas disagree about one of our jobs (a rolling deploy)."""
+        mismatches = {
+            job: prints
+            for job, prints in fingerprint_mismatches(await self.backend.instances()).items()
+            if job in self.jobs
+        }
+        if mismatches and mismatches.keys() != self._reported_mismatches:
+            self.stats["fingerprint_mismatch"] += 1
+            self.log.warn(
+                None,
+                None,
+                None,
+                "live instances disagree about the schedule or options of: %s",
+                "; ".join(f"{job} ({len(p)} versions)" for job, p in mismatches.items()),
+            )
+        self._reported_mismatches = set(mismatches)
+
     async def _prune_loop(self) -> None:
         await asyncio.sleep(random.uniform(10, 60))
         keep = max(
@@ -298,3 +366,10 @@ def latest_slots(schedule: Schedule, start: int, end: int) -> list[int]:
         if lo == start or len(slots) >= MAX_CATCH_UP_SLOTS:
             return slots[-MAX_CATCH_UP_SLOTS:]
         span *= 4
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("anarchon")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        return "unknown"

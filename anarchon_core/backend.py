@@ -36,6 +36,7 @@ __all__ = [
     "Claim",
     "ClaimRequest",
     "DueRun",
+    "InstanceInfo",
     "Lease",
     "TakeoverRequest",
 ]
@@ -122,13 +123,58 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class DueRun:
-    """A run some instance must continue: its lease expired, or its retry is due."""
+    """A run some instance must continue or start.
+
+    ``expired``: its lease expired; ``retry``: its retry became due; ``manual``: a
+    pending manual request (attempt 0) waiting for an instance that has the job.
+    """
 
     job: str
     slot: int
     attempt: int
     origin: Origin
-    reason: Literal["expired", "retry"]
+    reason: Literal["expired", "retry", "manual"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """One instance as the registry shows it (SPEC §8: the dashboard needs only a URL).
+
+    ``jobs`` maps each job's store name to its spec: ``schedule`` (text), ``tz``,
+    ``fingerprint`` and the main ``options``, so that a tool given only the backend
+    URL can show every job's schedule and find replicas that disagree about one.
+    """
+
+    instance_id: str
+    host: str
+    pid: int
+    version: str
+    started_at: int
+    last_seen: int
+    jobs: dict[str, dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "started_at": self.started_at,
+            "last_seen": self.last_seen,
+            "jobs": self.jobs,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> InstanceInfo:
+        return cls(
+            instance_id=str(data["instance_id"]),
+            host=str(data["host"]),
+            pid=int(data["pid"]),
+            version=str(data["version"]),
+            started_at=int(data["started_at"]),
+            last_seen=int(data["last_seen"]),
+            jobs=dict(data["jobs"]),
+        )
 
 
 class Backend(ABC):
@@ -230,6 +276,9 @@ class Backend(ABC):
         run ends ``interrupted``); ``EXPIRED`` if past the horizon (likewise ended);
         ``BLOCKED`` if ``skip_overlap`` and another run of the job is live. A due retry
         that may not run (exhausted or expired) ends ``failed``: its failure stands.
+
+        ``attempt=0`` starts a pending manual request (see :meth:`trigger`) as attempt 1;
+        past its horizon it ends ``interrupted`` with an attempt-0 record.
         """
         raise self._no_lease("takeover")
 
@@ -253,6 +302,55 @@ class Backend(ABC):
         records deleted.
         """
         return 0
+
+    # -- operations (lease backends) ------------------------------------------------
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume ``job`` for every instance, at once.
+
+        The flag lives in the store and :meth:`claim` reads it in the same decision, so
+        there is no cache to refresh: the next slot on every instance is ``paused``.
+        """
+        raise self._no_lease("pause")
+
+    async def paused_jobs(self) -> set[str]:
+        """The names of the jobs paused in this store."""
+        raise self._no_lease("pause")
+
+    async def trigger(self, job: str, requested_by: str) -> int:
+        """Record a manual run of ``job`` at the store's now and return its slot.
+
+        At most one manual request per job is pending (recorded but not started): while
+        one is, this returns its slot and records nothing, so pressing twice or on
+        several instances asks once. The request is a run in state *pending* with
+        origin ``manual`` and attempt 0; :meth:`due_runs` lists it (reason ``manual``)
+        to instances that have the job, and :meth:`take_over` with ``attempt=0`` starts
+        it as attempt 1 under every lease rule. Allowed while the job is paused.
+        """
+        raise self._no_lease("manual runs")
+
+    async def cancel(self, job: str, slot: int) -> bool:
+        """Cancel a pending, running or waiting run: revoke its token, end it ``cancelled``.
+
+        The runner's next heartbeat is rejected (so its ``ctx`` is cancelled), its
+        finish changes nothing and no backup takes the run over. ``False`` if the run
+        does not exist or already ended.
+        """
+        raise self._no_lease("cancel")
+
+    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
+        """Insert or refresh an instance in the registry; it expires ``ttl_ms`` after now.
+
+        The store sets ``last_seen`` to its own clock (``info.last_seen`` is ignored).
+        """
+        raise self._no_lease("the instance registry")
+
+    async def unregister(self, instance_id: str) -> None:
+        """Remove an instance from the registry (at stop)."""
+        raise self._no_lease("the instance registry")
+
+    async def instances(self) -> list[InstanceInfo]:
+        """The live instances (not expired by the store's clock), ordered by id."""
+        raise self._no_lease("the instance registry")
 
     # -- helpers -----------------------------------------------------------------
     def _no_lease(self, feature: str) -> CapabilityError:

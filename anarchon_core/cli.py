@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from . import __version__
+from ._cli_operations import add_operation_commands
 from ._format import history_table
 from .backend import Backend
 from .backends import DEFAULT_URL, backend_from_url, mask_url
@@ -178,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after (10)"
     )
+
+    add_operation_commands(add, store, _store_call)
 
     p = add("demo", _cmd_demo, "start several instances, kill one mid-run, show the takeover", [])
     p.add_argument(

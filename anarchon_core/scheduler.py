@@ -15,12 +15,13 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
+from . import operations
 from ._engine import Engine, EngineConfig
-from .backend import Backend
+from .backend import Backend, InstanceInfo
 from .backends import DEFAULT_URL, backend_from_url
 from .durations import parse_duration_ms
 from .errors import CapabilityError, ConfigurationError, SchedulerStateError
@@ -32,6 +33,7 @@ from .schedules import Cron, Every, Schedule
 __all__ = ["Scheduler"]
 
 H = TypeVar("H", bound=Handler)
+T = TypeVar("T")
 
 logger = logging.getLogger("anarchon")
 
@@ -356,7 +358,39 @@ class Scheduler:
                         f"backend: sqlite://, postgresql://, redis://?strategy=lease)"
                     )
 
-    # -- reading -------------------------------------------------------------------
+    # -- operations and reading ----------------------------------------------------
+    # Every one acts on the shared store, so it works from any instance, running or not.
+    # ``job`` is a job of this scheduler, or any store name (namespace included).
+
+    async def pause(self, job: str) -> None:
+        """Pause ``job`` on every instance from its next slot (recorded ``paused``)."""
+        await self._with_store(lambda backend: operations.pause(backend, self._stored(job)))
+
+    async def resume(self, job: str) -> None:
+        """Resume ``job`` on every instance from its next slot."""
+        await self._with_store(lambda backend: operations.resume(backend, self._stored(job)))
+
+    async def trigger(self, job: str) -> int:
+        """Run ``job`` once now on exactly one live instance that has it; returns the slot.
+
+        :raises NoLiveInstanceError: no live instance has the job.
+        """
+        return await self._with_store(
+            lambda backend: operations.trigger(
+                backend, self._stored(job), requested_by=self.instance_id
+            )
+        )
+
+    async def cancel(self, job: str, slot: int) -> bool:
+        """Cancel a pending or running run of ``job``; ``False`` if there is none."""
+        return await self._with_store(
+            lambda backend: operations.cancel(backend, self._stored(job), slot)
+        )
+
+    async def instances(self) -> list[InstanceInfo]:
+        """The live instances of the cluster (of every service sharing the store)."""
+        return await self._with_store(operations.instances)
+
     async def history(
         self,
         *,
@@ -364,16 +398,22 @@ class Scheduler:
         status: Status | str | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
-        """Recent history records from the store, newest first (also when not running)."""
-        name = None if job is None else self._jobs[job].store_name if job in self._jobs else job
+        """Recent history records from the store, newest first."""
+        name = None if job is None else self._stored(job)
         query = HistoryQuery(
             job=name, status=None if status is None else Status(status), limit=limit
         )
-        if self._engine is not None:
-            return await self.backend.history(query)
-        await self.backend.open()  # stop() closed it; open just for this read
+        return await self._with_store(lambda backend: backend.history(query))
+
+    def _stored(self, job: str) -> str:
+        return self._jobs[job].store_name if job in self._jobs else job
+
+    async def _with_store(self, call: Callable[[Backend], Awaitable[T]]) -> T:
+        if self._engine is not None and self.enabled:
+            return await call(self.backend)
+        await self.backend.open()  # not running (or stop() closed it): open for this call
         try:
-            return await self.backend.history(query)
+            return await call(self.backend)
         finally:
             await self.backend.close()
 

@@ -1,0 +1,72 @@
+"""Cluster-wide actions over a backend: pause, resume, trigger, cancel, instances.
+
+Plain functions of an open :class:`~anarchon_core.backend.Backend`, so that the
+``Scheduler`` methods, the command line and the dashboard share one implementation,
+and every action goes through the store decision that gives one winner per run
+(never a side door such as calling a handler directly). Job names here are store
+names (namespace included), since an operator may act on jobs this process does not
+define.
+"""
+
+from __future__ import annotations
+
+from .backend import Backend, InstanceInfo
+from .errors import AnarchonError
+from .names import validate_job_name
+
+__all__ = ["NoLiveInstanceError", "cancel", "instances", "pause", "resume", "trigger"]
+
+
+class NoLiveInstanceError(AnarchonError, LookupError):
+    """A manual run was asked for a job that no live instance has: nobody would run it."""
+
+
+async def pause(backend: Backend, job: str) -> None:
+    """Pause ``job`` on every instance from its next slot (recorded ``paused``)."""
+    await backend.set_paused(validate_job_name(job), True)
+
+
+async def resume(backend: Backend, job: str) -> None:
+    """Resume ``job`` from its next slot; paused slots are not replayed."""
+    await backend.set_paused(validate_job_name(job), False)
+
+
+async def trigger(backend: Backend, job: str, *, requested_by: str) -> int:
+    """Ask for one manual run of ``job`` now; returns its slot.
+
+    :raises NoLiveInstanceError: no live instance has the job, so nobody would run it.
+    """
+    validate_job_name(job)
+    live = await backend.instances()
+    if not any(job in info.jobs for info in live):
+        have = sorted({name for info in live for name in info.jobs})
+        raise NoLiveInstanceError(
+            f"no live instance has job {job!r}, so nobody would run it; live instances "
+            f"have: {', '.join(have) if have else 'none'}"
+        )
+    return await backend.trigger(job, requested_by)
+
+
+async def cancel(backend: Backend, job: str, slot: int) -> bool:
+    """Cancel a pending, running or waiting run; ``False`` if it does not exist or ended."""
+    return await backend.cancel(validate_job_name(job), slot)
+
+
+async def instances(backend: Backend) -> list[InstanceInfo]:
+    """The live instances, each with its job specs."""
+    return await backend.instances()
+
+
+def fingerprint_mismatches(live: list[InstanceInfo]) -> dict[str, dict[str, list[str]]]:
+    """Jobs whose live instances disagree: job → fingerprint → instance ids.
+
+    The rolling-deploy case: replicas of two versions compute different slots for one
+    job until the deploy completes.
+    """
+    seen: dict[str, dict[str, list[str]]] = {}
+    for info in live:
+        for job, spec in info.jobs.items():
+            seen.setdefault(job, {}).setdefault(str(spec.get("fingerprint")), []).append(
+                info.instance_id
+            )
+    return {job: prints for job, prints in seen.items() if len(prints) > 1}
