@@ -11,6 +11,8 @@ from ..records import TERMINAL_STATUSES
 
 #: ``runs.state`` of a failed run whose retry is pending (not a history status).
 WAITING = "waiting"
+#: ``runs.state`` of a manual request no instance has started yet (not a history status).
+PENDING = "pending"
 
 _TERMINAL = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
@@ -22,7 +24,8 @@ CREATE TABLE IF NOT EXISTS anarchon_meta (
 """
 
 # The run of (job, slot): the row every instance contends for. ``state`` is
-# 'running', 'waiting' or the terminal status the run ended with.
+# 'pending' (a manual request), 'running', 'waiting' or the terminal status the run
+# ended with. A manual run has no schedule, so its ``fingerprint`` holds who asked.
 SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS anarchon_runs (
@@ -79,13 +82,23 @@ SCHEMA = (
         paused INTEGER NOT NULL DEFAULT 0
     )
     """,
+    # The instance registry: ``info`` is InstanceInfo as JSON; a row whose expiry has
+    # passed is a dead instance (read as absent, deleted by the next register).
+    """
+    CREATE TABLE IF NOT EXISTS anarchon_instances (
+        instance_id TEXT    PRIMARY KEY,
+        info        TEXT    NOT NULL,
+        last_seen   INTEGER NOT NULL,
+        expires_at  INTEGER NOT NULL
+    )
+    """,
 )
 
 GET_VERSION = "SELECT value FROM anarchon_meta WHERE key = 'schema_version'"
 SET_VERSION = "INSERT INTO anarchon_meta (key, value) VALUES ('schema_version', ?)"
 
 GET_RUN = """
-SELECT origin, state, attempt, token, lease_expires, retry_at
+SELECT origin, state, attempt, token, lease_expires, retry_at, fingerprint
 FROM anarchon_runs WHERE job = ? AND slot = ?
 """
 # Read without the write lock by a claim about to lose (see sqlite._claim_precheck).
@@ -104,6 +117,25 @@ IS_PAUSED = "SELECT 1 FROM anarchon_jobs WHERE job = ? AND paused != 0"
 SET_PAUSED = """
 INSERT INTO anarchon_jobs (job, paused) VALUES (?, ?)
 ON CONFLICT (job) DO UPDATE SET paused = excluded.paused
+"""
+PAUSED_JOBS = "SELECT job FROM anarchon_jobs WHERE paused != 0 ORDER BY job"
+
+# Manual requests: at most one pending per job (a range of the index of open runs).
+PENDING_SLOT = f"SELECT slot FROM anarchon_runs WHERE state = '{PENDING}' AND job = ? LIMIT 1"
+RUN_EXISTS = "SELECT 1 FROM anarchon_runs WHERE job = ? AND slot = ?"
+INSERT_PENDING = f"""
+INSERT INTO anarchon_runs
+    (job, slot, origin, state, attempt, token, lease_expires, retry_at, fingerprint)
+VALUES (?, ?, 'manual', '{PENDING}', 0, NULL, 0, 0, ?)
+"""
+# Cancel: the token is forgotten (fencing) and the lease zeroed (no longer live).
+CANCEL_RUN = """
+UPDATE anarchon_runs SET state = 'cancelled', token = NULL, lease_expires = 0
+WHERE job = ? AND slot = ?
+"""
+CANCEL_ATTEMPT = """
+UPDATE anarchon_attempts SET status = 'cancelled', finished_at = ?
+WHERE job = ? AND slot = ? AND attempt = ? AND status = 'running'
 """
 
 # Every lease operation matches the run by its current attempt *and* token: fencing.
@@ -131,6 +163,13 @@ INSERT_ATTEMPT = """
 INSERT OR REPLACE INTO anarchon_attempts
     (job, slot, attempt, origin, status, instance_id, claimed_at, started_at, finished_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+# A record of a slot that ran nothing (attempt 0), with the reason as its error.
+INSERT_NOTHING_RAN = """
+INSERT OR REPLACE INTO anarchon_attempts
+    (job, slot, attempt, origin, status, instance_id, claimed_at, started_at, finished_at,
+     error)
+VALUES (?, ?, 0, ?, ?, ?, ?, NULL, ?, ?)
 """
 ATTEMPT_STATUS = "SELECT status FROM anarchon_attempts WHERE job = ? AND slot = ? AND attempt = ?"
 FINISH_ATTEMPT = """
@@ -169,8 +208,24 @@ WHERE job = ? AND slot < ? AND slot IS NOT ? AND slot IS NOT ? AND state IN ({_T
 
 # Every open run that is due at ``?`` (the store's now, twice), of all jobs: they are
 # few, so the caller filters them by job name instead of sending thousands of names.
+# A pending manual request is due at once.
 DUE_RUNS = f"""
 SELECT job, slot, attempt, origin, state FROM anarchon_runs
-WHERE state IN ('running', '{WAITING}')
-  AND CASE state WHEN 'running' THEN lease_expires <= ? ELSE retry_at <= ? END
+WHERE state IN ('running', '{WAITING}', '{PENDING}')
+  AND CASE state
+      WHEN 'running' THEN lease_expires <= ?
+      WHEN '{WAITING}' THEN retry_at <= ?
+      ELSE 1 END
+"""
+
+# The instance registry; ``?`` of each read is the store's now.
+REGISTER = """
+INSERT INTO anarchon_instances (instance_id, info, last_seen, expires_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (instance_id) DO UPDATE SET
+    info = excluded.info, last_seen = excluded.last_seen, expires_at = excluded.expires_at
+"""
+FORGET_DEAD = "DELETE FROM anarchon_instances WHERE expires_at <= ?"
+UNREGISTER = "DELETE FROM anarchon_instances WHERE instance_id = ?"
+INSTANCES = """
+SELECT info, last_seen FROM anarchon_instances WHERE expires_at > ? ORDER BY instance_id
 """

@@ -2,13 +2,14 @@
 
 It lives in one process, so it serves unit tests and the test helpers; every
 decision is a plain Python critical section (the event loop is single-threaded and
-no method awaits in the middle of a decision). The open runs of each job (running or
-waiting for a retry) are indexed, so that the overlap check and the backup sweep do
-not scan every stored run.
+no method awaits in the middle of a decision). The open runs of each job (running,
+waiting for a retry, or a pending manual request) are indexed, so that the overlap
+check, the backup sweep and the one-pending-request rule do not scan every stored run.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from ..backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    InstanceInfo,
     Lease,
     TakeoverRequest,
     bound_error,
@@ -27,9 +29,14 @@ from ..backend import (
 from ..errors import ConfigurationError
 from ..records import TERMINAL_STATUSES, HistoryQuery, Origin, Outcome, RunRecord, Status
 
-__all__ = ["MemoryBackend"]
+__all__ = ["NOT_STARTED", "PENDING", "MemoryBackend", "instance_json"]
 
 EARLY_TOLERANCE_MS = 1000
+
+#: The run state of a manual request that no instance has started yet (not a status).
+PENDING = "pending"
+#: The error of the attempt-0 record of a manual request that expired before it started.
+NOT_STARTED = "not started within the claim horizon"
 
 
 def wall_clock_ms() -> int:
@@ -39,12 +46,13 @@ def wall_clock_ms() -> int:
 @dataclass(slots=True)
 class _Run:
     origin: Origin
-    state: str  # running | waiting | a terminal Status
+    state: str  # pending | running | waiting | a terminal Status
     attempt: int
     token: str | None
     lease_expires: int
     retry_at: int
     fingerprint: str
+    requested_by: str | None = None  # manual: who asked; the instance of an attempt-0 record
 
 
 class MemoryBackend(Backend):
@@ -57,10 +65,12 @@ class MemoryBackend(Backend):
         self._clock = clock
         self._runs: dict[tuple[str, int], _Run] = {}
         self._records: dict[tuple[str, int, int], RunRecord] = {}
-        # job -> slots of its runs in state running or waiting: kept in step with
-        # every state change below, so that it lists exactly the runs still open.
+        # job -> slots of its runs in state pending, running or waiting: kept in step
+        # with every state change below, so that it lists exactly the runs still open.
         self._open: dict[str, set[int]] = {}
         self.paused: set[str] = set()
+        # instance id -> (its info as JSON, last_seen set by this store; expiry in ms)
+        self._instances: dict[str, tuple[str, int]] = {}
 
     @classmethod
     def from_url(cls, url: str) -> MemoryBackend:
@@ -78,13 +88,6 @@ class MemoryBackend(Backend):
 
     async def now_ms(self) -> int:
         return self._clock()
-
-    async def set_paused(self, job: str, paused: bool) -> None:
-        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
-        if paused:
-            self.paused.add(job)
-        else:
-            self.paused.discard(job)
 
     # -- claim -------------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
@@ -227,6 +230,8 @@ class MemoryBackend(Backend):
                     due.append(DueRun(job, slot, run.attempt, run.origin, "expired"))
                 elif run.state == "waiting" and run.retry_at <= now:
                     due.append(DueRun(job, slot, run.attempt, run.origin, "retry"))
+                elif run.state == PENDING:
+                    due.append(DueRun(job, slot, 0, Origin.MANUAL, "manual"))
         due.sort(key=lambda run: (run.slot, run.job))  # oldest first, as the SQLite store
         return due
 
@@ -239,7 +244,7 @@ class MemoryBackend(Backend):
             return Claim(Outcome.TAKEN, store_now=now)
         expired = run.state == Status.RUNNING and run.lease_expires <= now
         retry_due = run.state == "waiting" and run.retry_at <= now
-        if not (expired or retry_due):
+        if not (expired or retry_due or run.state == PENDING):
             return Claim(Outcome.TAKEN, store_now=now)
         if request.attempt >= request.max_attempts or request.slot < now - request.horizon_ms:
             self._end_interrupted(request, run, now)
@@ -268,6 +273,20 @@ class MemoryBackend(Backend):
         if run.state == Status.RUNNING:
             self._interrupt_record(request.job, request.slot, request.attempt, now)
             run.state = Status.INTERRUPTED
+        elif run.state == PENDING:  # a manual request nobody started in time: ran nothing
+            self._records[(request.job, request.slot, 0)] = RunRecord(
+                request.job,
+                request.slot,
+                0,
+                run.origin,
+                Status.INTERRUPTED,
+                run.requested_by,
+                now,
+                None,
+                now,
+                NOT_STARTED,
+            )
+            run.state = Status.INTERRUPTED
         else:  # a due retry that may not run: the failure stands
             run.state = Status.FAILED
         run.token = None
@@ -283,6 +302,73 @@ class MemoryBackend(Backend):
     async def last_scheduled_slot(self, job: str) -> int | None:
         slots = [s for (j, s), r in self._runs.items() if j == job and r.origin != Origin.MANUAL]
         return max(slots, default=None)
+
+    # -- operations ----------------------------------------------------------------
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
+        if paused:
+            self.paused.add(job)
+        else:
+            self.paused.discard(job)
+
+    async def paused_jobs(self) -> set[str]:
+        return set(self.paused)
+
+    async def trigger(self, job: str, requested_by: str) -> int:
+        now = self._clock()
+        pending = self._pending_slot(job)
+        if pending is not None:
+            return pending  # pressed twice, or on several instances: one request
+        slot = now
+        while (job, slot) in self._runs:  # a run of this very millisecond: the next free one
+            slot += 1
+        self._runs[(job, slot)] = _Run(Origin.MANUAL, PENDING, 0, None, 0, 0, "", requested_by)
+        self._open.setdefault(job, set()).add(slot)
+        return slot
+
+    def _pending_slot(self, job: str) -> int | None:
+        for slot in self._open.get(job, ()):
+            if self._runs[(job, slot)].state == PENDING:
+                return slot
+        return None
+
+    async def cancel(self, job: str, slot: int) -> bool:
+        now = self._clock()
+        run = self._runs.get((job, slot))
+        if run is None or run.state not in (PENDING, Status.RUNNING, "waiting"):
+            return False
+        if run.state == PENDING:  # nothing ran: one attempt-0 record, as for a paused slot
+            self._records[(job, slot, 0)] = RunRecord(
+                job, slot, 0, run.origin, Status.CANCELLED, run.requested_by, now, None, now
+            )
+        else:  # the attempt in flight ends cancelled; one that already ended keeps its status
+            key = (job, slot, run.attempt)
+            record = self._records.get(key)
+            if record is not None and record.status == Status.RUNNING:
+                self._records[key] = replace(record, status=Status.CANCELLED, finished_at=now)
+        # Forgetting the token fences the runner; state and lease keep backups away.
+        run.state, run.token, run.lease_expires = Status.CANCELLED, None, 0
+        self._closed(job, slot)
+        return True
+
+    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
+        now = self._clock()
+        # Kept as JSON, as every other store keeps it: the same values come back, and
+        # callers never share a mutable ``jobs`` dict with the store.
+        text = instance_json(replace(info, last_seen=now))
+        self._instances[info.instance_id] = (text, now + ttl_ms)
+
+    async def unregister(self, instance_id: str) -> None:
+        self._instances.pop(instance_id, None)
+
+    async def instances(self) -> list[InstanceInfo]:
+        now = self._clock()
+        for dead in [key for key, (_, expires) in self._instances.items() if expires <= now]:
+            del self._instances[dead]
+        return [
+            InstanceInfo.from_json(json.loads(text))
+            for _, (text, _) in sorted(self._instances.items())
+        ]
 
     # -- history -----------------------------------------------------------------
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
@@ -319,3 +405,13 @@ class MemoryBackend(Backend):
             if self._runs[run_key].state in TERMINAL_STATUSES and run_key not in keep:
                 del self._runs[run_key]  # terminal: never in the index of open runs
         return len(doomed)
+
+
+def instance_json(info: InstanceInfo) -> str:
+    """``info`` as the JSON text a registry keeps; non-JSON job specs are refused."""
+    try:
+        return json.dumps(info.to_json(), separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"instance {info.instance_id!r}: its job specs are not JSON values ({exc})"
+        ) from exc

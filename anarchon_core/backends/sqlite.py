@@ -7,7 +7,8 @@ in-memory reference serialises on the event loop; the decisions mirror
 moment share one transaction, each in a savepoint of its own
 (:mod:`~anarchon_core.backends._sqlite_batch`), and a claim that can only lose reads
 the run without taking the lock at all. The store's clock is the host's wall clock,
-read under the lock for each decision (every process on one host shares it).
+read under the lock for each decision (every process on one host shares it). The
+decisions themselves are in :mod:`~anarchon_core.backends._sqlite_decisions`.
 
 ``sqlite3`` blocks, so each backend owns one worker thread holding its connection
 and every statement runs there, never on the event loop. The file uses WAL (readers
@@ -34,19 +35,28 @@ from ..backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    InstanceInfo,
     Lease,
     TakeoverRequest,
     bound_error,
 )
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from ..records import HistoryQuery, Origin, RunRecord, Status
+from . import _sqlite_decisions as decisions
 from . import _sqlite_sql as sql
 from ._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
-from .memory import EARLY_TOLERANCE_MS, wall_clock_ms
+from .memory import instance_json, wall_clock_ms
 
 __all__ = ["SqliteBackend"]
 
 T = TypeVar("T")
+
+#: Why :meth:`SqliteBackend.due_runs` lists a run, by the run's state.
+_REASONS: dict[str, Literal["expired", "retry", "manual"]] = {
+    Status.RUNNING.value: "expired",
+    sql.WAITING: "retry",
+    sql.PENDING: "manual",
+}
 
 _URL_FORMS = "'sqlite:///relative/path.db' (from the working directory) or 'sqlite:////abs/path.db'"
 
@@ -187,14 +197,11 @@ class SqliteBackend(Backend):
     async def now_ms(self) -> int:
         return wall_clock_ms()
 
-    async def set_paused(self, job: str, paused: bool) -> None:
-        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
-        await self._write(lambda conn, _now: conn.execute(sql.SET_PAUSED, (job, int(paused))))
-
     # -- the claim ---------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
         return await self._write(
-            partial(_claim, request=request), partial(_claim_precheck, request=request)
+            partial(decisions.claim, request=request),
+            partial(decisions.claim_precheck, request=request),
         )
 
     # -- lease operations ----------------------------------------------------------
@@ -233,7 +240,7 @@ class SqliteBackend(Backend):
 
         def decide(conn: sqlite3.Connection, now: int) -> bool:
             key = (lease.job, lease.slot)
-            state = _held_state(conn, lease)
+            state = decisions.held_state(conn, lease)
             if state is None:
                 return False
             if state != Status.RUNNING:  # an idempotent repeat, or a different outcome
@@ -252,7 +259,7 @@ class SqliteBackend(Backend):
 
     async def release(self, lease: Lease) -> bool:
         def decide(conn: sqlite3.Connection, now: int) -> bool:
-            if _held_state(conn, lease) != Status.RUNNING:
+            if decisions.held_state(conn, lease) != Status.RUNNING:
                 return False
             # Forgetting the token fences the runner: its later heartbeats and finish fail.
             conn.execute(sql.RELEASE_RUN, (now, lease.job, lease.slot))
@@ -275,16 +282,14 @@ class SqliteBackend(Backend):
             due: list[DueRun] = []
             for job, slot, attempt, origin, state in conn.execute(sql.DUE_RUNS, (now, now)):
                 if job in names:
-                    expired = state == Status.RUNNING
-                    reason: Literal["expired", "retry"] = "expired" if expired else "retry"
-                    due.append(DueRun(job, slot, attempt, Origin(origin), reason))
+                    due.append(DueRun(job, slot, attempt, Origin(origin), _REASONS[state]))
             due.sort(key=lambda run: (run.slot, run.job))
             return due
 
         return await self._call(read)
 
     async def take_over(self, request: TakeoverRequest) -> Claim:
-        return await self._write(partial(_take_over, request=request))
+        return await self._write(partial(decisions.take_over, request=request))
 
     async def last_scheduled_slot(self, job: str) -> int | None:
         def read(conn: sqlite3.Connection) -> int | None:
@@ -313,12 +318,45 @@ class SqliteBackend(Backend):
         params.append(max(query.limit, 0))
 
         def read(conn: sqlite3.Connection) -> list[RunRecord]:
-            return [_record(row) for row in conn.execute(text, params)]
+            return [decisions.record_from_row(row) for row in conn.execute(text, params)]
 
         return await self._call(read)
 
     async def prune(self, older_than_ms: int) -> int:
-        return await self._write(partial(_prune, older_than_ms=older_than_ms))
+        return await self._write(partial(decisions.prune, older_than_ms=older_than_ms))
+
+    # -- operations ----------------------------------------------------------------
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
+        await self._write(lambda conn, _now: conn.execute(sql.SET_PAUSED, (job, int(paused))))
+
+    async def paused_jobs(self) -> set[str]:
+        def read(conn: sqlite3.Connection) -> set[str]:
+            return {str(job) for (job,) in conn.execute(sql.PAUSED_JOBS)}
+
+        return await self._call(read)
+
+    async def trigger(self, job: str, requested_by: str) -> int:
+        return await self._write(partial(decisions.trigger, job=job, requested_by=requested_by))
+
+    async def cancel(self, job: str, slot: int) -> bool:
+        return await self._write(partial(decisions.cancel, job=job, slot=slot))
+
+    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
+        text = instance_json(info)  # refused here, before the store, if not JSON
+        await self._write(
+            partial(decisions.register, instance_id=info.instance_id, info_json=text, ttl_ms=ttl_ms)
+        )
+
+    async def unregister(self, instance_id: str) -> None:
+        await self._write(lambda conn, _now: conn.execute(sql.UNREGISTER, (instance_id,)))
+
+    async def instances(self) -> list[InstanceInfo]:
+        def read(conn: sqlite3.Connection) -> list[InstanceInfo]:
+            rows = conn.execute(sql.INSTANCES, (wall_clock_ms(),))
+            return [decisions.instance_from_row(row) for row in rows]
+
+        return await self._call(read)
 
 
 # -- decisions: each runs under the write lock, in a savepoint of a batch ---------------
@@ -351,136 +389,6 @@ def _create_layout(conn: sqlite3.Connection, _now: int) -> None:
         conn.execute(statement)
     if version is None:
         conn.execute(sql.SET_VERSION, (str(SCHEMA_VERSION),))
-
-
-def _claim_precheck(conn: sqlite3.Connection, *, request: ClaimRequest) -> Claim | None:
-    """``TAKEN`` without the write lock when another token already holds the run.
-
-    A committed run row is never deleted within the claim horizon and its token never
-    becomes this claim's (tokens are unique), so :func:`_claim` would answer ``TAKEN``
-    too. A missing row or this claim's own token (an ambiguous repeat) is decided
-    under the lock.
-    """
-    rows = conn.execute(sql.RUN_TOKEN, (request.job, request.slot)).fetchall()
-    if not rows or rows[0][0] == request.token:
-        return None
-    return Claim(Outcome.TAKEN, store_now=wall_clock_ms())
-
-
-def _claim(conn: sqlite3.Connection, now: int, *, request: ClaimRequest) -> Claim:
-    job, slot = request.job, request.slot
-    run = conn.execute(sql.GET_RUN, (job, slot)).fetchone()
-    if run is not None:
-        mine = run[3] == request.token and run[2] == 1
-        return Claim(Outcome.WON if mine else Outcome.TAKEN, 1 if mine else 0, now)
-    if slot < now - request.horizon_ms:
-        return Claim(Outcome.EXPIRED, store_now=now)
-    if slot > now + EARLY_TOLERANCE_MS:
-        return Claim(Outcome.EARLY, store_now=now)
-    origin, fingerprint = str(request.origin), request.fingerprint
-    nothing_ran: tuple[Status, Outcome] | None = None
-    if conn.execute(sql.IS_PAUSED, (job,)).fetchone() is not None:
-        nothing_ran = Status.PAUSED, Outcome.PAUSED
-    elif request.skip_overlap and _live_run(conn, job, now, exclude=slot):
-        nothing_ran = Status.SKIPPED, Outcome.SKIPPED
-    if nothing_ran is not None:  # recorded once (attempt 0): later claims are TAKEN
-        status, outcome = nothing_ran
-        conn.execute(sql.INSERT_RUN, (job, slot, origin, status.value, 0, None, 0, fingerprint))
-        conn.execute(
-            sql.INSERT_ATTEMPT,
-            (job, slot, 0, origin, status.value, request.instance_id, now, None, now),
-        )
-        return Claim(outcome, store_now=now)
-    lease_expires = now + request.lease_ms
-    conn.execute(
-        sql.INSERT_RUN,
-        (job, slot, origin, Status.RUNNING.value, 1, request.token, lease_expires, fingerprint),
-    )
-    conn.execute(
-        sql.INSERT_ATTEMPT,
-        (job, slot, 1, origin, Status.RUNNING.value, request.instance_id, now, now, None),
-    )
-    return Claim(Outcome.WON, 1, now)
-
-
-def _take_over(conn: sqlite3.Connection, now: int, *, request: TakeoverRequest) -> Claim:
-    key = (request.job, request.slot)
-    run = conn.execute(sql.GET_RUN, key).fetchone()
-    if run is None:
-        return Claim(Outcome.TAKEN, store_now=now)
-    origin, state, attempt, token, lease_expires, retry_at = run
-    if token == request.token and attempt == request.attempt + 1:
-        return Claim(Outcome.WON, attempt, now)  # ambiguous repeat: this token won
-    expired = state == Status.RUNNING and lease_expires <= now
-    retry_due = state == sql.WAITING and retry_at <= now
-    if attempt != request.attempt or not (expired or retry_due):
-        return Claim(Outcome.TAKEN, store_now=now)
-    exhausted = request.attempt >= request.max_attempts
-    if exhausted or request.slot < now - request.horizon_ms:
-        if expired:
-            _interrupt(conn, request, now)
-        # A due retry that may not run keeps its failure; a dead runner's run is interrupted.
-        ended = Status.INTERRUPTED if expired else Status.FAILED
-        conn.execute(sql.END_RUN, (ended.value, *key))
-        return Claim(Outcome.EXHAUSTED if exhausted else Outcome.EXPIRED, store_now=now)
-    if request.skip_overlap and _live_run(conn, request.job, now, exclude=request.slot):
-        return Claim(Outcome.BLOCKED, store_now=now)
-    _interrupt(conn, request, now)
-    attempt += 1
-    conn.execute(sql.TAKE_OVER_RUN, (attempt, request.token, now + request.lease_ms, *key))
-    conn.execute(
-        sql.INSERT_ATTEMPT,
-        (*key, attempt, origin, Status.RUNNING.value, request.instance_id, now, now, None),
-    )
-    return Claim(Outcome.WON, attempt, now)
-
-
-def _prune(conn: sqlite3.Connection, _now: int, *, older_than_ms: int) -> int:
-    # Per job keep the slot of its latest record and its latest scheduled run: the
-    # second anchors catch-up (last_scheduled_slot), which a manual run must not move.
-    deleted = 0
-    for (job,) in conn.execute(sql.PRUNE_JOBS).fetchall():
-        latest = conn.execute(sql.LATEST_SLOT, (job,)).fetchone()[0]
-        anchor = conn.execute(sql.LAST_SCHEDULED_SLOT, (job,)).fetchone()
-        keep = (latest, None if anchor is None else anchor[0])
-        deleted += conn.execute(sql.PRUNE_ATTEMPTS, (job, older_than_ms, *keep)).rowcount
-        conn.execute(sql.PRUNE_RUNS, (job, older_than_ms, *keep))
-    return deleted
-
-
-def _held_state(conn: sqlite3.Connection, lease: Lease) -> str | None:
-    """The run's state if ``lease`` still holds it (attempt and token match), else None."""
-    row = conn.execute(
-        sql.HELD_STATE, (lease.job, lease.slot, lease.attempt, lease.token)
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
-def _live_run(conn: sqlite3.Connection, job: str, now: int, *, exclude: int) -> bool:
-    return conn.execute(sql.LIVE_RUN, (job, now, exclude)).fetchone() is not None
-
-
-def _interrupt(conn: sqlite3.Connection, request: TakeoverRequest, now: int) -> None:
-    """End the dead attempt's record as interrupted, unless it already has an outcome."""
-    params = (now, "lease expired", request.job, request.slot, request.attempt, 1)
-    conn.execute(sql.INTERRUPT_ATTEMPT, params)
-
-
-def _record(row: tuple[Any, ...]) -> RunRecord:
-    job, slot, attempt, origin, status, instance_id, claimed, started, finished, error, meta = row
-    return RunRecord(
-        job,
-        slot,
-        attempt,
-        Origin(origin),
-        Status(status),
-        instance_id,
-        claimed,
-        started,
-        finished,
-        error,
-        json.loads(meta),
-    )
 
 
 def _close_connection(future: Future[sqlite3.Connection]) -> None:

@@ -182,7 +182,7 @@ async def test_early_claim_is_refused_and_writes_nothing(backend: Backend) -> No
 
 
 async def test_paused_job_records_one_paused_record(backend: Backend) -> None:
-    set_paused = backend.set_paused  # type: ignore[attr-defined]
+    set_paused = backend.set_paused
     now = await backend.now_ms()
     await set_paused(JOB, True)
     request = claim_request(now)
