@@ -180,6 +180,9 @@ class Attempts:
             what="finish",
             config=self.config,
             log=self.log,
+            # The run keeps its lease (and blocks overlapping slots) until the finish
+            # lands: retry at heartbeat pace, not with a long backoff.
+            max_delay_s=self.config.heartbeat_ms / 1000,
         )
         if ok is False:
             self.stats["fenced_finish"] += 1

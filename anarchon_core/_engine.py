@@ -40,6 +40,8 @@ HORIZON_MARGIN_MS = 1000
 SKEW_SAMPLE_MAX_RTT_MS = 100
 #: Compare the live instances' job fingerprints every this many registry refreshes.
 MISMATCH_CHECK_PERIODS = 30
+#: How often stop() re-cancels a task that has not ended.
+DRAIN_RECANCEL_S = 1.0
 #: How long stop() waits to leave the registry.
 REGISTRY_STOP_TIMEOUT_S = 2.0
 #: Prune history at most this often per instance.
@@ -116,7 +118,7 @@ class Engine:
         await self.attempts.hand_over()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-        await asyncio.gather(*self._loops, *self.attempts.tasks, return_exceptions=True)
+        await self._drain({*self._loops, *self.attempts.tasks})
         if self._lease:
             try:
                 async with asyncio.timeout(REGISTRY_STOP_TIMEOUT_S):
@@ -126,6 +128,19 @@ class Engine:
             except Exception as exc:  # it expires on its own after one lease
                 self.log.warn(None, None, None, "could not leave the instance registry: %s", exc)
         await self.backend.close()
+
+    @staticmethod
+    async def _drain(tasks: set[asyncio.Future[Any]]) -> None:
+        """Wait for cancelled tasks, cancelling again any that swallowed its cancel.
+
+        Some drivers wrap calls in ``asyncio.wait_for``, which on Python 3.11 can eat a
+        cancellation that races with its own timeout; one more cancel ends them.
+        """
+        pending = {t for t in tasks if not t.done()}
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=DRAIN_RECANCEL_S)
+            for task in pending:
+                task.cancel()
 
     # -- slots -------------------------------------------------------------------
     def now(self) -> int:

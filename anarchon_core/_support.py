@@ -84,6 +84,7 @@ async def retry_store(
     config: EngineConfig,
     log: EngineLog,
     deadline: int | None = None,
+    max_delay_s: float = 5.0,
 ) -> T | None:
     """Call the store until it answers; ``None`` once ``deadline`` (epoch ms) has passed.
 
@@ -103,4 +104,4 @@ async def retry_store(
                 return None
             log.warn(None, None, None, "%s failed, retrying in %.2fs: %s", what, delay, exc)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, max_delay_s)

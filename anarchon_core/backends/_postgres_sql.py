@@ -1,21 +1,25 @@
 """The SQL of :mod:`anarchon_core.backends.postgres`: its layout, functions and statements.
 
-Every identifier (schema, tables, indexes, functions) is composed with
-:class:`psycopg.sql.Identifier`, even though the backend has already validated the
-schema and prefix; every value is a ``%s`` parameter. The only literals spliced in
-are constants of this module. :class:`Statements` renders everything once per
-``(schema, prefix)``, so the hot path executes a constant string that psycopg
-prepares on the server after ``prepare_threshold`` uses.
+The claim, the takeover and the lease statements live here; manual runs, cancel,
+pause, the registry and retention in :mod:`._postgres_ops`. Every identifier
+(schema, tables, indexes, functions) is composed with :class:`psycopg.sql.Identifier`,
+even though the backend has already validated the schema and prefix; every value is a
+``%s`` parameter. The only literals spliced in are constants of this module.
+:class:`Statements` renders everything once per ``(schema, prefix)``, so the hot path
+executes a constant string that psycopg prepares on the server after
+``prepare_threshold`` uses.
 
 Times are ``bigint`` epoch milliseconds read from ``clock_timestamp()`` inside each
 statement: ``now()`` is frozen at the start of a transaction, so a statement that
 waited for a lock would judge leases by a stale clock.
 
-The claim and the takeover are PL/pgSQL functions (one round trip: ``SELECT … FROM
-f(…)``) rather than one CTE statement because their overlap check must see runs
-committed while the function waited for the job's lock. Under READ COMMITTED each
-statement of a function takes a fresh snapshot; the parts of one CTE statement share
-the snapshot taken before the wait, so they would miss a run committed meanwhile.
+The claim, the takeover and the trigger are PL/pgSQL functions (one round trip:
+``SELECT … FROM f(…)``) rather than one CTE statement because they must see rows
+committed while they waited: the claim's and the takeover's overlap check, runs
+committed while they waited for the job's lock; the trigger, the request or run that
+made its insert do nothing. Under READ COMMITTED each statement of a function takes a
+fresh snapshot; the parts of one CTE statement share the snapshot taken before the
+wait, so they would miss a row committed meanwhile.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from psycopg import sql
 
 from ..errors import ConfigurationError
 from ..records import TERMINAL_STATUSES
-from .memory import EARLY_TOLERANCE_MS
+from . import _postgres_ops as ops
+from .memory import EARLY_TOLERANCE_MS, NOT_STARTED, PENDING
 
 __all__ = ["TERMINAL", "WAITING", "Statements", "identifier"]
 
@@ -50,7 +55,10 @@ NOW = "(floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
 # attempts, so both can be HOT updates (no index writes) given free room on the page:
 # hence the fill factors, and no index on attempts.status (a status filter walks the
 # slot index newest first). The partial index holds only open runs: the live-run
-# check and the sweep read it, and finished runs leave it.
+# check and the sweep read it, and finished runs leave it. The unique partial index on
+# pending manual requests admits one per job and lets the sweep find them.
+# ``requested_by`` (who asked for a manual run) is added to stores created before it;
+# the registry's rows are rewritten at every refresh, hence its low fill factor.
 _TABLES = """
 CREATE TABLE IF NOT EXISTS {runs} (
     job           text COLLATE "C" NOT NULL,
@@ -62,10 +70,13 @@ CREATE TABLE IF NOT EXISTS {runs} (
     lease_expires bigint  NOT NULL DEFAULT 0,
     retry_at      bigint  NOT NULL DEFAULT 0,
     fingerprint   text    NOT NULL DEFAULT '',
+    requested_by  text,
     PRIMARY KEY (job, slot)
 ) WITH (fillfactor = 90);
+ALTER TABLE {runs} ADD COLUMN IF NOT EXISTS requested_by text;
 CREATE INDEX IF NOT EXISTS {runs_open} ON {runs} (job, slot)
     WHERE state IN ('running', 'waiting');
+CREATE UNIQUE INDEX IF NOT EXISTS {runs_pending} ON {runs} (job) WHERE state = '{pending}';
 CREATE TABLE IF NOT EXISTS {attempts} (
     job         text COLLATE "C" NOT NULL,
     slot        bigint  NOT NULL,
@@ -84,7 +95,13 @@ CREATE INDEX IF NOT EXISTS {attempts_slot} ON {attempts} (slot DESC, job, attemp
 CREATE TABLE IF NOT EXISTS {jobs} (
     job    text COLLATE "C" PRIMARY KEY,
     paused boolean NOT NULL DEFAULT false
-)
+);
+CREATE TABLE IF NOT EXISTS {instances} (
+    instance_id text COLLATE "C" PRIMARY KEY,
+    info        jsonb  NOT NULL,
+    last_seen   bigint NOT NULL,
+    expires_at  bigint NOT NULL
+) WITH (fillfactor = 50)
 """
 
 # Claims and takeovers that check "another live run of this job" decide one after
@@ -101,6 +118,7 @@ _LIVE_ELSEWHERE = """EXISTS (
 
 _ATTEMPT_COLUMNS = """(job, slot, attempt, origin, status, instance_id, claimed_at, started_at,
              finished_at)"""
+_ATTEMPT_COLUMNS_ERROR = _ATTEMPT_COLUMNS.replace("finished_at)", "finished_at, error)")
 
 # Replaces a record left behind by a store edited by hand; never expected otherwise.
 _ATTEMPT_CONFLICT = """
@@ -108,7 +126,7 @@ _ATTEMPT_CONFLICT = """
             origin = EXCLUDED.origin, status = EXCLUDED.status,
             instance_id = EXCLUDED.instance_id, claimed_at = EXCLUDED.claimed_at,
             started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
-            error = NULL, meta = '{{}}'"""
+            error = EXCLUDED.error, meta = EXCLUDED.meta"""
 
 _CLAIM = (
     """
@@ -196,16 +214,20 @@ CREATE OR REPLACE FUNCTION {take_over}(
 DECLARE
     v_origin text;
     v_state text;
+    v_requested_by text;
 BEGIN
     o_attempt := 0;
     o_store_now := {now};
     -- Compare-and-set on the attempt: only a run still at p_attempt whose lease
-    -- expired (or whose retry is due) is locked. Concurrent backups queue on the row
-    -- and, once the winner commits, re-check it and find the attempt moved on.
-    SELECT r.origin, r.state INTO v_origin, v_state FROM {runs} r
+    -- expired, whose retry is due, or that is a pending manual request (attempt 0) is
+    -- locked. Concurrent backups queue on the row and, once the winner commits,
+    -- re-check it and find the attempt moved on.
+    SELECT r.origin, r.state, r.requested_by INTO v_origin, v_state, v_requested_by
+    FROM {runs} r
     WHERE r.job = p_job AND r.slot = p_slot AND r.attempt = p_attempt
       AND ((r.state = 'running' AND r.lease_expires <= o_store_now)
-        OR (r.state = '{waiting}' AND r.retry_at <= o_store_now))
+        OR (r.state = '{waiting}' AND r.retry_at <= o_store_now)
+        OR r.state = '{pending}')
     FOR UPDATE;
     IF NOT FOUND THEN
         -- A repeat of a call this token won (after an ambiguous failure) wins again.
@@ -218,13 +240,23 @@ BEGIN
         RETURN;
     END IF;
     IF p_attempt >= p_max_attempts OR p_slot < o_store_now - p_horizon_ms THEN
-        -- A dead runner's run ends interrupted; a due retry that may not run stays failed.
+        -- A dead runner's run ends interrupted; a due retry that may not run stays
+        -- failed; a manual request nobody started in time ran nothing: attempt 0 says so.
         UPDATE {attempts} a SET status = 'interrupted', finished_at = o_store_now,
             error = 'lease expired'
         WHERE a.job = p_job AND a.slot = p_slot AND a.attempt = p_attempt
           AND a.status = 'running' AND v_state = 'running';
+        IF v_state = '{pending}' THEN
+            INSERT INTO {attempts} AS a """
+    + _ATTEMPT_COLUMNS_ERROR
+    + """
+            VALUES (p_job, p_slot, 0, v_origin, 'interrupted', v_requested_by,
+                    o_store_now, NULL, o_store_now, {not_started})"""
+    + _ATTEMPT_CONFLICT
+    + """;
+        END IF;
         UPDATE {runs} r
-        SET state = CASE v_state WHEN 'running' THEN 'interrupted' ELSE 'failed' END,
+        SET state = CASE v_state WHEN '{waiting}' THEN 'failed' ELSE 'interrupted' END,
             token = NULL
         WHERE r.job = p_job AND r.slot = p_slot;
         o_outcome := CASE WHEN p_attempt >= p_max_attempts THEN 'exhausted' ELSE 'expired' END;
@@ -316,15 +348,6 @@ rec AS (
 SELECT count(*) FROM run
 """
 
-_DUE_RUNS = """
-SELECT r.job, r.slot, r.attempt, r.origin, r.state
-FROM {runs} r, (SELECT {now} AS now) t
-WHERE r.job = ANY(%s::text[]) AND r.state IN ('running', '{waiting}')
-  AND ((r.state = 'running' AND r.lease_expires <= t.now)
-    OR (r.state = '{waiting}' AND r.retry_at <= t.now))
-ORDER BY r.slot, r.job
-"""
-
 _LAST_SCHEDULED_SLOT = """
 SELECT r.slot FROM {runs} r WHERE r.job = %s AND r.origin <> 'manual'
 ORDER BY r.slot DESC LIMIT 1
@@ -334,57 +357,6 @@ _HISTORY = """
 SELECT job, slot, attempt, origin, status, instance_id,
        claimed_at, started_at, finished_at, error, meta
 FROM {attempts}"""
-
-# Per job, the slot of its latest record and of its latest scheduled run (catch-up's
-# anchor): a skip scan over the primary keys, so its cost grows with jobs, not rows.
-_PRUNE_KEEP = """
-WITH RECURSIVE
-aj AS (
-    (SELECT a.job FROM {attempts} a ORDER BY a.job LIMIT 1)
-    UNION ALL
-    SELECT (SELECT a.job FROM {attempts} a WHERE a.job > aj.job ORDER BY a.job LIMIT 1)
-    FROM aj WHERE aj.job IS NOT NULL
-),
-rj AS (
-    (SELECT r.job FROM {runs} r ORDER BY r.job LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.job FROM {runs} r WHERE r.job > rj.job ORDER BY r.job LIMIT 1)
-    FROM rj WHERE rj.job IS NOT NULL
-),
-j AS (
-    SELECT aj.job FROM aj WHERE aj.job IS NOT NULL
-    UNION SELECT rj.job FROM rj WHERE rj.job IS NOT NULL
-)
-SELECT j.job,
-       (SELECT max(a.slot) FROM {attempts} a WHERE a.job = j.job),
-       (SELECT max(r.slot) FROM {runs} r WHERE r.job = j.job AND r.origin <> 'manual')
-FROM j
-"""
-
-# One bounded batch, its own short transaction: the newest ``batch`` prunable history
-# records below ``below``, and the runs they belong to when those are terminal too.
-# Claims never touch such rows. The caller moves ``below`` down to the batch's lowest
-# slot, so no batch walks again over the index entries the previous ones deleted.
-_PRUNE_BATCH = """
-WITH doomed AS (
-    SELECT t.ctid FROM {attempts} t
-    WHERE t.slot < %(below)s AND t.status = ANY(%(terminal)s::text[])
-      AND NOT EXISTS (
-          SELECT 1 FROM unnest(%(keep_jobs)s::text[], %(keep_slots)s::bigint[]) AS k(job, slot)
-          WHERE k.job = t.job AND k.slot = t.slot)
-    ORDER BY t.slot DESC
-    LIMIT %(batch)s
-),
-gone AS (
-    DELETE FROM {attempts} a WHERE a.ctid = ANY(ARRAY(SELECT d.ctid FROM doomed d))
-    RETURNING a.job, a.slot
-),
-runs_gone AS (
-    DELETE FROM {runs} r USING (SELECT DISTINCT g.job, g.slot FROM gone g) AS g
-    WHERE r.job = g.job AND r.slot = g.slot AND r.state = ANY(%(terminal)s::text[])
-)
-SELECT count(*), min(gone.slot) FROM gone
-"""
 
 
 def identifier(what: str, value: object, max_length: int) -> str:
@@ -402,13 +374,20 @@ def identifier(what: str, value: object, max_length: int) -> str:
     return value
 
 
-# What exists of one store: its schema, its meta table, its current functions.
+# What exists of one store: its schema, its meta table, its current functions, its
+# tables and indexes, and the columns added to ``runs`` after it was first created.
 _LAYOUT_STATE = """
 SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s),
        EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = %(schema)s AND c.relname = %(meta)s),
        (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname = %(schema)s AND p.proname = ANY(%(functions)s))
+        WHERE n.nspname = %(schema)s AND p.proname = ANY(%(functions)s)),
+       (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relname = ANY(%(relations)s)),
+       (SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relname = %(runs)s
+          AND a.attname = ANY(%(columns)s) AND NOT a.attisdropped)
 """
 
 
@@ -427,12 +406,16 @@ class Statements:
             "runs": table("runs"),
             "attempts": table("attempts"),
             "jobs": table("jobs"),
+            "instances": table("instances"),
             # CREATE INDEX names its index inside the table's schema: unqualified.
             "runs_open": sql.Identifier(prefix + "runs_open"),
+            "runs_pending": sql.Identifier(prefix + "runs_pending"),
             "attempts_slot": sql.Identifier(prefix + "attempts_slot"),
             "now": sql.SQL(NOW),
             "early": sql.Literal(EARLY_TOLERANCE_MS),
             "waiting": sql.SQL(WAITING),
+            "pending": sql.SQL(PENDING),
+            "not_started": sql.Literal(NOT_STARTED),
             "lock_class": sql.Literal(LOCK_CLASS),
             "lock_key": sql.Literal(f"{schema}.{prefix}:"),
         }
@@ -443,11 +426,10 @@ class Statements:
         # Functions are named after a digest of their own text: a rolling deploy of
         # a changed body creates new functions beside the old ones, which the
         # instances still running the previous version keep using undisturbed.
-        bodies = {"claim": _CLAIM, "take_over": _TAKE_OVER}
+        bodies = {"claim": _CLAIM, "take_over": _TAKE_OVER, "trigger": ops.TRIGGER}
+        placeholders = {name: sql.SQL(name) for name in bodies}
         digest = hashlib.sha256(
-            "".join(
-                render(body, claim=sql.SQL("c"), take_over=sql.SQL("t")) for body in bodies.values()
-            ).encode()
+            "".join(render(body, **placeholders) for body in bodies.values()).encode()
         ).hexdigest()[:10]
         self.function_names = [f"{prefix}{name}_{digest}" for name in bodies]
         functions = {
@@ -462,6 +444,11 @@ class Statements:
             key=sql.Literal(f"layout:{schema}"),
         )
         self.layout_state = _LAYOUT_STATE
+        #: The tables and indexes ``create_tables`` makes, and the columns it adds.
+        tables = ("meta", "runs", "attempts", "jobs", "instances")
+        indexes = ("runs_open", "runs_pending", "attempts_slot")
+        self.relations = [prefix + name for name in (*tables, *indexes)]
+        self.added_columns = ["requested_by"]
         self.create_schema = render("CREATE SCHEMA {schema}", schema=sql.Identifier(schema))
         self.create_meta = render(
             "CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value text NOT NULL)"
@@ -485,16 +472,20 @@ class Statements:
             "take_over", "text bigint integer text text bigint bigint integer boolean"
         )
         self.now_ms = f"SELECT {NOW}"
-        self.set_paused = render(
-            "INSERT INTO {jobs} AS j (job, paused) VALUES (%s, %s) "
-            "ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused"
-        )
+        self.trigger = render("SELECT {trigger}(%s::text, %s::text)", trigger=functions["trigger"])
         self.heartbeat = render(_HEARTBEAT)
         self.finish = render(_FINISH)
         self.release = render(_RELEASE)
-        self.due_runs = render(_DUE_RUNS)
+        self.due_runs = render(ops.DUE_RUNS)
+        self.cancel = render(ops.CANCEL)
+        self.set_paused = render(ops.SET_PAUSED)
+        self.paused_jobs = render(ops.PAUSED_JOBS)
+        self.register = render(ops.REGISTER)
+        self.unregister = render(ops.UNREGISTER)
+        self.instances = render(ops.INSTANCES)
+        self.prune_instances = render(ops.PRUNE_INSTANCES)
         self.last_scheduled_slot = render(_LAST_SCHEDULED_SLOT)
         self.history = render(_HISTORY)
         self.history_order = " ORDER BY slot DESC, job ASC, attempt DESC LIMIT %s"
-        self.prune_keep = render(_PRUNE_KEEP)
-        self.prune = render(_PRUNE_BATCH)
+        self.prune_keep = render(ops.PRUNE_KEEP)
+        self.prune = render(ops.PRUNE_BATCH)

@@ -1,9 +1,10 @@
 """The PostgreSQL lease backend: psycopg 3, async, one connection pool per backend.
 
 Every decision of the contract is one statement, so one round trip, in autocommit:
-the claim and the takeover call PL/pgSQL functions created at :meth:`open` (see
-:mod:`._postgres_sql` for why functions and not one CTE); heartbeat, finish, release
-and the sweep are single conditional statements. Two claims of one run are decided
+the claim, the takeover and the trigger call PL/pgSQL functions created at
+:meth:`open` (see :mod:`._postgres_sql` for why functions and not one CTE);
+heartbeat, finish, release, the sweep, cancel and the registry are single statements
+(:mod:`._postgres_ops` holds the operations' SQL). Two claims of one run are decided
 by the primary key (``INSERT … ON CONFLICT DO NOTHING``); "another live run of this
 job" is decided under a transaction-scoped advisory lock on the job, so it cannot
 race a claim of another slot. Every time is read from ``clock_timestamp()`` inside
@@ -18,14 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 import weakref
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Literal
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ..backend import (
@@ -35,14 +33,24 @@ from ..backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    InstanceInfo,
     Lease,
     TakeoverRequest,
     bound_error,
 )
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from . import _postgres_ops as ops
 from . import mask_url
-from ._postgres_sql import PREFIX_MAX, SCHEMA_MAX, TERMINAL, WAITING, Statements, identifier
+from ._postgres_conninfo import connection_kwargs, mask_conninfo, parse_conninfo, split_url
+from ._postgres_sql import (
+    PREFIX_MAX,
+    SCHEMA_MAX,
+    TERMINAL,
+    WAITING,
+    Statements,
+    identifier,
+)
 
 __all__ = ["PostgresBackend"]
 
@@ -52,24 +60,7 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Cursor = psycopg.AsyncCursor[tuple[Any, ...]]
 Params = Sequence[Any] | Mapping[str, Any]
 
-_URL_FORMS = (
-    "'postgresql://user:password@host:5432/dbname' or 'postgres://…', optionally with "
-    "?schema=NAME&table_prefix=NAME&prepare_threshold=N|none and any libpq parameter"
-)
-_OWN_PARAMS = ("schema", "table_prefix", "prepare_threshold")
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
-# Named connections, so operators find them in pg_stat_activity. libpq's defaults would
-# wait forever for an unroutable host and notice a server that vanished without closing
-# the connection (host down, partition) only after the kernel's ~15 minutes: with these
-# TCP settings a dead connection fails in about 25 s and the pool replaces it.
-_CONNECTION_DEFAULTS = {
-    "application_name": "anarchon",
-    "connect_timeout": "10",
-    "keepalives_idle": "10",
-    "keepalives_interval": "5",
-    "keepalives_count": "3",
-    "tcp_user_timeout": "25000",
-}
 
 
 class PostgresBackend(Backend):
@@ -99,7 +90,7 @@ class PostgresBackend(Backend):
         self.schema = identifier("schema", schema, SCHEMA_MAX)
         self.table_prefix = identifier("table_prefix", table_prefix, PREFIX_MAX)
         self.conninfo = conninfo
-        self._params = _parse_conninfo(conninfo)
+        self._params = parse_conninfo(conninfo)
         if prepare_threshold is not None and not _is_int(prepare_threshold, 0):
             raise ConfigurationError(
                 f"prepare_threshold {prepare_threshold!r} is not valid: give an int >= 0, "
@@ -126,40 +117,7 @@ class PostgresBackend(Backend):
         """``postgresql://…`` or ``postgres://…``; anarchon's own query parameters are
         ``schema``, ``table_prefix`` and ``prepare_threshold`` (``none`` disables
         prepared statements); every other parameter goes to libpq."""
-        try:
-            parts = urlsplit(url)
-        except ValueError:
-            parts = None
-        if parts is None or parts.scheme not in ("postgresql", "postgres") or parts.fragment:
-            raise ConfigurationError(
-                f"PostgreSQL backend URL {mask_url(url)!r} is not valid: use {_URL_FORMS}"
-            )
-        own: dict[str, str] = {}
-        rest: list[tuple[str, str]] = []
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            if key not in _OWN_PARAMS:
-                rest.append((key, value))
-            elif key in own:
-                raise ConfigurationError(
-                    f"PostgreSQL backend URL {mask_url(url)!r} is not valid: {key!r} is given twice"
-                )
-            else:
-                own[key] = value
-        threshold: int | None = 5
-        if "prepare_threshold" in own:
-            raw = own["prepare_threshold"]
-            if raw.lower() == "none":
-                threshold = None
-            elif raw.isdigit():
-                threshold = int(raw)
-            else:
-                raise ConfigurationError(
-                    f"prepare_threshold {raw!r} in {mask_url(url)!r} is not valid: give an "
-                    f"int >= 0, or 'none' to disable prepared statements (PgBouncer)"
-                )
-        conninfo = url  # libpq reads the URL itself; only anarchon's parameters leave it
-        if own:
-            conninfo = url.split("?", 1)[0] + ("?" + urlencode(rest) if rest else "")
+        conninfo, own, threshold = split_url(url)
         try:
             return cls(
                 conninfo,
@@ -171,7 +129,7 @@ class PostgresBackend(Backend):
             raise ConfigurationError(f"{exc} (in {mask_url(url)!r})") from None
 
     def describe(self) -> str:
-        where = _mask_conninfo(self.conninfo)
+        where = mask_conninfo(self.conninfo)
         if (self.schema, self.table_prefix) != ("public", "anarchon_"):
             where += f" [{self.schema}.{self.table_prefix}*]"
         return where
@@ -181,10 +139,7 @@ class PostgresBackend(Backend):
         """Create the layout on one direct connection (failing fast), then start the pool."""
         if self._pool is not None:
             return
-        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": self.prepare_threshold}
-        for key, default in _CONNECTION_DEFAULTS.items():
-            if key not in self._params:  # the URL's own settings win
-                kwargs[key] = default
+        kwargs = connection_kwargs(self._params, self.prepare_threshold)
         try:
             conn = await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
         except psycopg.Error as exc:
@@ -219,8 +174,9 @@ class PostgresBackend(Backend):
     async def _create_layout(self, conn: Conn) -> None:
         """Check the version and create what is missing, serialised across instances.
 
-        A store already at this version is left alone: no table lock at all (``CREATE
-        INDEX IF NOT EXISTS`` would take one even when the index exists).
+        A store already at this version and complete (its tables, indexes, added
+        columns and functions are counted) is left alone: no table lock at all
+        (``CREATE INDEX IF NOT EXISTS`` would take one even when the index exists).
         """
         async with conn.transaction():
             await conn.execute("SET LOCAL lock_timeout = '30s'")
@@ -228,11 +184,14 @@ class PostgresBackend(Backend):
             state = {
                 "schema": self.schema,
                 "meta": self.table_prefix + "meta",
+                "runs": self.table_prefix + "runs",
                 "functions": self.sql.function_names,
+                "relations": self.sql.relations,
+                "columns": self.sql.added_columns,
             }
             row = await (await conn.execute(self.sql.layout_state, state)).fetchone()
             assert row is not None
-            has_schema, has_meta, functions = row
+            has_schema, has_meta, functions, relations, columns = row
             version: int | None = None
             if has_meta:
                 cur = await conn.execute(self.sql.get_version)
@@ -244,7 +203,12 @@ class PostgresBackend(Backend):
                     f"newer than version {SCHEMA_VERSION} known to this anarchon: "
                     f"upgrade anarchon to use it"
                 )
-            if version == SCHEMA_VERSION and functions == len(self.sql.function_names):
+            complete = (functions, relations, columns) == (
+                len(self.sql.function_names),
+                len(self.sql.relations),
+                len(self.sql.added_columns),
+            )
+            if version == SCHEMA_VERSION and complete:
                 return
             if not has_schema:  # IF NOT EXISTS would still need CREATE on the database
                 await conn.execute(self.sql.create_schema)
@@ -325,10 +289,6 @@ class PostgresBackend(Backend):
     async def now_ms(self) -> int:
         return int((await self._row(self.sql.now_ms))[0])
 
-    async def set_paused(self, job: str, paused: bool) -> None:
-        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
-        await self._rows(self.sql.set_paused, (job, bool(paused)))
-
     async def claim(self, request: ClaimRequest) -> Claim:
         outcome, attempt, now = await self._row(
             self.sql.claim,
@@ -404,11 +364,11 @@ class PostgresBackend(Backend):
         names = sorted(set(jobs))
         if not names:
             return []
-        due: list[DueRun] = []
-        for job, slot, attempt, origin, state in await self._rows(self.sql.due_runs, (names,)):
-            reason: Literal["expired", "retry"] = "expired" if state == "running" else "retry"
-            due.append(DueRun(job, slot, attempt, Origin(origin), reason))
-        return due
+        rows = await self._rows(self.sql.due_runs, {"jobs": names})
+        return [
+            DueRun(job, slot, attempt, Origin(origin), ops.DUE_REASONS[state])
+            for job, slot, attempt, origin, state in rows
+        ]
 
     async def take_over(self, request: TakeoverRequest) -> Claim:
         outcome, attempt, now = await self._row(
@@ -468,48 +428,45 @@ class PostgresBackend(Backend):
             count, lowest = await self._row(self.sql.prune, {**params, "below": below})
             deleted += int(count)
             if count < self.prune_batch:
-                return deleted
+                break
             below = lowest + 1  # the rest of the lowest slot, then older ones
+        await self._rows(self.sql.prune_instances)  # registry rows of vanished instances
+        return deleted
+
+    # -- operations ----------------------------------------------------------------
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
+        await self._rows(self.sql.set_paused, (job, bool(paused)))
+
+    async def paused_jobs(self) -> set[str]:
+        return {job for (job,) in await self._rows(self.sql.paused_jobs)}
+
+    async def trigger(self, job: str, requested_by: str) -> int:
+        return int((await self._row(self.sql.trigger, (job, _text(requested_by))))[0])
+
+    async def cancel(self, job: str, slot: int) -> bool:
+        (cancelled,) = await self._row(self.sql.cancel, {"job": job, "slot": slot})
+        return bool(cancelled)
+
+    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
+        try:
+            text = json.dumps(_without_nul(info.to_json()), separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"instance {info.instance_id!r}: its job specs are not JSON values ({exc})"
+            ) from exc
+        params = {"id": _text(info.instance_id), "info": text, "ttl": ttl_ms}
+        await self._rows(self.sql.register, params)
+
+    async def unregister(self, instance_id: str) -> None:
+        await self._rows(self.sql.unregister, (_text(instance_id),))
+
+    async def instances(self) -> list[InstanceInfo]:
+        rows = await self._rows(self.sql.instances)
+        return [InstanceInfo.from_json({**info, "last_seen": seen}) for info, seen in rows]
 
 
 # -- helpers -------------------------------------------------------------------------
-def _parse_conninfo(conninfo: object) -> dict[str, Any]:
-    """libpq's own parse of the connection string, so bad input fails at definition."""
-    if not isinstance(conninfo, str):
-        raise ConfigurationError(
-            f"PostgreSQL conninfo {conninfo!r} is not valid: give a string, {_URL_FORMS}"
-        )
-    try:
-        params = conninfo_to_dict(conninfo)
-    except psycopg.Error as exc:
-        raise ConfigurationError(
-            f"PostgreSQL conninfo {_mask_conninfo(conninfo)!r} is not valid ({exc}): "
-            f"use {_URL_FORMS}"
-        ) from None
-    for port in str(params.get("port", "")).split(","):
-        if port and not port.isdigit():
-            raise ConfigurationError(
-                f"PostgreSQL conninfo {_mask_conninfo(conninfo)!r} is not valid: port {port!r} "
-                f"is not a number; use {_URL_FORMS}"
-            )
-    return params
-
-
-_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
-
-
-def _mask_conninfo(conninfo: str) -> str:
-    """A URL or ``key=value`` conninfo with its password replaced by ``***``."""
-    if "://" in conninfo:
-        masked = mask_url(conninfo)
-        parts = urlsplit(masked)
-        if "password" in parts.query:  # ?password=… is a libpq parameter too
-            query = [(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query)]
-            masked = urlunsplit(parts._replace(query=urlencode(query, safe="*")))
-        return masked
-    return _KEYWORD_PASSWORD.sub(r"\1***", conninfo)
-
-
 def _is_int(value: object, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 

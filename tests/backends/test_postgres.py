@@ -26,7 +26,13 @@ from services import POSTGRES_URL
 from stores_postgres import drop_schema, fresh_schema, require_postgres, url_with
 
 from anarchon_core import RunContext, Scheduler
-from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease, TakeoverRequest
+from anarchon_core.backend import (
+    SCHEMA_VERSION,
+    ClaimRequest,
+    InstanceInfo,
+    Lease,
+    TakeoverRequest,
+)
 from anarchon_core.backends import backend_from_url
 from anarchon_core.backends._postgres_sql import TERMINAL
 from anarchon_core.backends.postgres import PostgresBackend
@@ -39,6 +45,7 @@ from anarchon_core.errors import (
 from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
 
 HOUR = 3_600_000
+Params = tuple[Any, ...] | dict[str, Any]
 DB_NOW = "SELECT (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
 
 
@@ -334,6 +341,60 @@ def test_concurrent_first_open_of_a_fresh_schema() -> None:
         drop_schema(schema)
 
 
+async def test_a_store_made_before_the_operations_gets_their_layout_on_open() -> None:
+    """A store of the previous layout (no registry, no pending index, no requested_by,
+    older functions) is completed at open, at the same schema version, keeping its data."""
+    async with store() as backend:
+        now = await backend.now_ms()
+        lease = Lease("job", now, 1, "tok")
+        assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+        await backend.close()
+        async with raw() as conn:
+            await conn.execute(sql.SQL("DROP TABLE {}").format(table(backend, "instances")))
+            await conn.execute(sql.SQL("DROP INDEX {}").format(table(backend, "runs_pending")))
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} DROP COLUMN requested_by").format(table(backend, "runs"))
+            )
+            for name in backend.sql.function_names:
+                await conn.execute(
+                    sql.SQL("DROP FUNCTION {}").format(sql.Identifier(backend.schema, name))
+                )
+        await backend.open()
+        assert await backend.finish(lease, Status.SUCCESS)  # the run in flight carries on
+        slot = await backend.trigger("job", "ops")
+        assert await backend.trigger("job", "ops") == slot
+        assert await backend.cancel("job", slot)
+        assert [r.instance_id for r in await backend.history(HistoryQuery())] == [
+            "ops",
+            "worker:tok",
+        ]
+        await backend.register(InstanceInfo("i", "h", 1, "v", 0, 0, {}), 60_000)
+        assert [i.instance_id for i in await backend.instances()] == ["i"]
+        async with raw() as conn:
+            version = await scalar(
+                conn, sql.SQL("SELECT value FROM {}").format(table(backend, "meta"))
+            )
+        assert version == str(SCHEMA_VERSION)
+
+
+async def test_opening_a_complete_store_runs_no_ddl() -> None:
+    """Every table, index, column and function is counted: a store already complete
+    is left alone (DDL would lock the tables every instance claims in)."""
+    async with store() as backend:
+        again = PostgresBackend(POSTGRES_URL, schema=backend.schema)
+        again.sql.create_tables = "SELECT 1/0"  # would fail if it ran
+        again.sql.create_functions = ["SELECT 1/0"]
+        await again.open()
+        await again.close()
+        async with raw() as conn:
+            await conn.execute(sql.SQL("DROP INDEX {}").format(table(backend, "runs_pending")))
+        with pytest.raises(BackendError):  # incomplete: the DDL runs (and here fails)
+            await again.open()
+        await backend.close()
+        await backend.open()  # completes it
+        assert await backend.trigger("job", "ops") > 0
+
+
 # -- names stored safely -----------------------------------------------------------
 ODD_NAMES = [
     "a:b.c-d_e",
@@ -366,6 +427,31 @@ async def test_odd_job_names_are_stored_as_values() -> None:
         assert len(await backend.history(HistoryQuery())) == len(ODD_NAMES)
 
 
+async def test_odd_names_in_the_operations_are_values_too() -> None:
+    async with store() as backend:
+        slots = {job: await backend.trigger(job, f"{job} (by)") for job in ODD_NAMES}
+        due = await backend.due_runs(ODD_NAMES)
+        assert {(d.job, d.slot, d.reason) for d in due} == {
+            (job, slot, "manual") for job, slot in slots.items()
+        }
+        for job in ODD_NAMES:
+            await backend.set_paused(job, True)
+            assert await backend.cancel(job, slots[job])
+        assert await backend.paused_jobs() == set(ODD_NAMES)
+        assert {(r.job, r.instance_id) for r in await backend.history(HistoryQuery())} == {
+            (job, f"{job} (by)") for job in ODD_NAMES
+        }
+        for job in ODD_NAMES:
+            info = InstanceInfo(job, job, 1, job, 0, 0, {job: {"schedule": job}})
+            await backend.register(info, 60_000)
+        live = await backend.instances()
+        assert [i.instance_id for i in live] == sorted(ODD_NAMES)  # code point order
+        assert all(i.jobs == {i.instance_id: {"schedule": i.instance_id}} for i in live)
+        for job in ODD_NAMES:
+            await backend.unregister(job)
+        assert await backend.instances() == []
+
+
 @pytest.mark.parametrize("name", ODD_NAMES[2:])
 def test_odd_job_names_are_refused_by_the_scheduler(name: str) -> None:
     scheduler = Scheduler(PostgresBackend(POSTGRES_URL))
@@ -383,6 +469,26 @@ async def test_nul_characters_in_free_text_are_replaced() -> None:
         assert await backend.finish(lease, Status.FAILED, error="a\x00b", meta={"k\x00": ["\x00"]})
         (rec,) = await backend.history(HistoryQuery())
         assert (rec.error, rec.meta) == ("a\ufffdb", {"k\ufffd": ["\ufffd"]})
+        slot = await backend.trigger("job", "by\x00")
+        assert await backend.cancel("job", slot)
+        assert (await backend.history(HistoryQuery()))[0].instance_id == "by\ufffd"
+        info = InstanceInfo("i\x00", "h\x00", 1, "v", 0, 0, {"j\x00": {"k": ["\x00"]}})
+        await backend.register(info, 60_000)
+        (live,) = await backend.instances()
+        assert (live.instance_id, live.host, live.jobs) == (
+            "i\ufffd",
+            "h\ufffd",
+            {"j\ufffd": {"k": ["\ufffd"]}},
+        )
+        await backend.unregister("i\x00")
+        assert await backend.instances() == []
+
+
+async def test_a_job_spec_that_is_not_json_is_refused() -> None:
+    async with store() as backend:
+        info = InstanceInfo("i", "h", 1, "v", 0, 0, {"job": {"schedule": object()}})
+        with pytest.raises(ConfigurationError, match=r"'i'.*not JSON"):
+            await backend.register(info, 60_000)
 
 
 # -- the database's clock ------------------------------------------------------------
@@ -470,20 +576,130 @@ async def test_takeovers_of_two_runs_of_one_job_do_not_overlap() -> None:
         }
 
 
+async def blocked(task: asyncio.Task[Any]) -> None:
+    """Assert that ``task`` is waiting (for a lock another connection holds)."""
+    await asyncio.sleep(0.3)
+    assert not task.done()
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback"])
+async def test_a_trigger_waits_for_a_request_in_flight_on_another_connection(end: str) -> None:
+    async with store() as backend, raw() as conn:
+        await conn.execute("BEGIN")
+        theirs = await scalar(conn, backend.sql.trigger, "job", "them")
+        mine = asyncio.create_task(backend.trigger("job", "me"))
+        await blocked(mine)  # the unique index makes it wait for the other transaction
+        await conn.execute(end.upper())
+        slot = await asyncio.wait_for(mine, timeout=5)
+        if end == "commit":
+            assert slot == theirs  # one request: the one that committed
+        else:
+            assert slot != theirs  # the other one is gone: this one is the request
+        (due,) = await backend.due_runs(["job"])
+        assert due.slot == slot
+        assert await backend.cancel("job", slot)
+        (rec,) = await backend.history(HistoryQuery())
+        assert rec.instance_id == ("them" if end == "commit" else "me")
+
+
+async def test_a_trigger_skips_milliseconds_claimed_while_it_waited() -> None:
+    async with store() as backend, raw() as conn:
+        now = await backend.now_ms()
+        await conn.execute("BEGIN")
+        await conn.execute(  # runs of every millisecond for 3 s, not yet committed
+            sql.SQL(
+                "INSERT INTO {} (job, slot, origin, state, attempt) "
+                "SELECT 'job', s, 'schedule', 'success', 1 FROM generate_series(%s, %s) s"
+            ).format(table(backend, "runs")),
+            (now, now + 2999),
+        )
+        task = asyncio.create_task(backend.trigger("job", "me"))
+        await blocked(task)  # its millisecond is being inserted: the primary key waits
+        await conn.execute("COMMIT")
+        assert await asyncio.wait_for(task, timeout=5) == now + 3000  # looked again
+
+
+async def test_cancel_that_waited_for_a_takeover_cancels_the_new_attempt() -> None:
+    """cancel's statement snapshot predates the takeover's new record; the upsert still
+    ends that record, so no attempt is left ``running`` in a cancelled run."""
+    async with store() as backend, raw() as conn:
+        now = await backend.now_ms()
+        short = ClaimRequest("job", now, Origin.SCHEDULE, "t1", "a", 50, HOUR, True)
+        assert (await backend.claim(short)).outcome == Outcome.WON
+        await asyncio.sleep(0.1)
+        await conn.execute("BEGIN")
+        params = ("job", now, 1, "t2", "b", 60_000, HOUR, 3, True)
+        row = await (await conn.execute(backend.sql.take_over, params)).fetchone()
+        assert row is not None and row[:2] == ("won", 2)
+        task = asyncio.create_task(backend.cancel("job", now))
+        await blocked(task)  # the takeover holds the run's row
+        await conn.execute("COMMIT")
+        assert await asyncio.wait_for(task, timeout=5)
+        history = await backend.history(HistoryQuery())
+        assert [(r.attempt, r.status) for r in history] == [
+            (2, Status.CANCELLED),
+            (1, Status.INTERRUPTED),
+        ]
+        assert await backend.heartbeat([Lease("job", now, 2, "t2")], 60_000) == [False]
+
+
+async def test_cancel_and_start_of_one_pending_request_at_once() -> None:
+    """Whichever comes first, the request ends cancelled and no attempt stays running."""
+    async with store(max_size=8) as backend:
+        for _ in range(10):
+            slot = await backend.trigger("job", "ops")
+            take = TakeoverRequest("job", slot, 0, secrets.token_hex(4), "b", 60_000, HOUR, 3, True)
+            claim, cancelled = await asyncio.gather(
+                backend.take_over(take), backend.cancel("job", slot)
+            )
+            assert cancelled
+            assert claim.outcome in (Outcome.WON, Outcome.TAKEN)
+            (rec,) = await backend.history(HistoryQuery(since=slot, until=slot + 1))
+            assert rec.status == Status.CANCELLED
+            assert rec.attempt == (1 if claim.outcome == Outcome.WON else 0)
+            assert await backend.due_runs(["job"]) == []
+
+
+# -- the instance registry ---------------------------------------------------------------
+async def test_registry_times_come_from_the_database_clock() -> None:
+    async with store() as backend, raw() as conn:
+        await backend.register(InstanceInfo("i", "h", 1, "v", 0, 123, {}), 60_000)
+        (info,) = await backend.instances()
+        seen, expires = await (
+            await conn.execute(
+                sql.SQL("SELECT last_seen, expires_at FROM {}").format(table(backend, "instances"))
+            )
+        ).fetchone()  # type: ignore[misc]
+        assert info.last_seen == seen and expires == seen + 60_000
+        assert abs(seen - await scalar(conn, DB_NOW)) < 1000
+
+
+async def test_prune_deletes_the_rows_of_expired_instances() -> None:
+    async with store() as backend, raw() as conn:
+        await backend.register(InstanceInfo("gone", "h", 1, "v", 0, 0, {}), 1)
+        await backend.register(InstanceInfo("live", "h", 1, "v", 0, 0, {}), 60_000)
+        await asyncio.sleep(0.05)
+        count = sql.SQL("SELECT count(*) FROM {}").format(table(backend, "instances"))
+        assert await scalar(conn, count) == 2  # expired, not listed, still stored
+        assert [i.instance_id for i in await backend.instances()] == ["live"]
+        assert await backend.prune(0) == 0
+        assert await scalar(conn, count) == 1
+
+
 # -- indexes and pruning ---------------------------------------------------------------
 @pytest.mark.parametrize(
     ("statement", "params", "index"),
     [
-        ("due_runs", (["a", "b"],), "runs_open"),
+        ("due_runs", {"jobs": ["a", "b"]}, "runs_open"),
+        ("due_runs", {"jobs": ["a", "b"]}, "runs_pending"),  # pending manual requests
+        ("cancel", {"job": "a", "slot": 1}, "runs_pkey"),
         ("last_scheduled_slot", ("a",), "runs_pkey"),
         ("history", (10,), "attempts_slot"),
         ("history_job", ("a", 10), "attempts_pkey"),
         ("history_status", ("success", 10), "attempts_slot"),
     ],
 )
-async def test_hot_queries_can_use_an_index(
-    statement: str, params: tuple[Any, ...], index: str
-) -> None:
+async def test_hot_queries_can_use_an_index(statement: str, params: Params, index: str) -> None:
     async with store() as backend, raw() as conn:
         text = {
             "history": backend.sql.history + backend.sql.history_order,

@@ -25,7 +25,7 @@ def test_mask_url(url: str, masked: str) -> None:
 
 def test_factory_builds_memory_and_rejects_unknown() -> None:
     assert isinstance(backend_from_url("memory://"), MemoryBackend)
-    with pytest.raises(ConfigurationError, match="use one of .*sqlite://"):
+    with pytest.raises(ConfigurationError, match=r"use one of .*sqlite://"):
         backend_from_url("mongodb://x")
     with pytest.raises(ConfigurationError, match="memory backend URL 'memory://x:\\*\\*\\*@h'"):
         backend_from_url("memory://x:pw@h")

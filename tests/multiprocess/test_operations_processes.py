@@ -58,22 +58,42 @@ def test_pause_from_another_process_stops_every_instance(lease_url: str, tmp_pat
     assert len({r.slot for r in paused}) == len(paused), "a paused slot was recorded twice"
 
 
+PRESS = """
+import asyncio, sys, time
+from anarchon_core import backend_from_url, operations
+
+async def press(url: str, at: float) -> int:
+    backend = backend_from_url(url)
+    await backend.open()
+    try:
+        time.sleep(max(at - time.time(), 0))
+        return await operations.trigger(backend, "report", requested_by="press")
+    finally:
+        await backend.close()
+
+print(asyncio.run(press(sys.argv[1], float(sys.argv[2]))))
+"""
+
+
 def test_trigger_pressed_three_times_at_once_runs_once(lease_url: str, tmp_path: Path) -> None:
-    jobs = [{"name": "report", "every": "1h", "sleep_s": 0.3}]
+    """Three processes press "run now" at once: one request, run exactly once.
+
+    A first manual run is kept running while the three presses land, so the request they
+    make cannot start (one live run per job) and every press must find the same pending
+    request, whatever the timing of the instances' sweeps.
+    """
+    jobs = [{"name": "report", "every": "1h", "sleep_s": 1.5}]
     with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, jitter_ms=0) as c:
         c.start_all(3)
         time.sleep(2 * HB / 1000)  # every instance has registered
+        first = int(
+            cli("trigger", "report", "--backend", lease_url).stdout.split("slot ")[1].split()[0]
+        )
+        c.wait_for(lambda ev: starts(ev, "report"), 5, "the first manual run")
+        at = time.time() + 0.8
         presses = [
             subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "anarchon_core",
-                    "trigger",
-                    "report",
-                    "--backend",
-                    lease_url,
-                ],
+                [sys.executable, "-c", PRESS, lease_url, str(at)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -82,16 +102,22 @@ def test_trigger_pressed_three_times_at_once_runs_once(lease_url: str, tmp_path:
         ]
         outputs = [p.communicate(timeout=30) for p in presses]
         assert all(p.returncode == 0 for p in presses), outputs
-        c.wait_for(lambda ev: [e for e in ev if e["e"] == "end"], 5, "the manual run")
-        time.sleep(1.0)
+        requests = {int(out) for out, _ in outputs}
+        c.wait_for(lambda ev: len([e for e in ev if e["e"] == "end"]) >= 2, 8, "both runs")
+        time.sleep(3 * HB / 1000)
         c.stop_all()
         events = c.events()
         history = c.history("report")
+    assert len(requests) == 1, f"three presses made {len(requests)} requests"
+    (second,) = requests
+    assert second != first
     manual = starts(events, "report")
-    assert len(manual) == 1, manual
-    assert manual[0]["origin"] == "manual" and manual[0]["attempt"] == 1
-    assert len({out.split("slot ")[1].split()[0] for out, _ in outputs}) == 1, outputs
-    assert [(r.attempt, r.status, r.origin) for r in history] == [(1, Status.SUCCESS, "manual")]
+    assert sorted(e["slot"] for e in manual) == sorted([first, second]), "each ran once"
+    assert all(e["origin"] == "manual" and e["attempt"] == 1 for e in manual)
+    assert sorted((r.slot, r.attempt, r.status) for r in history) == [
+        (first, 1, Status.SUCCESS),
+        (second, 1, Status.SUCCESS),
+    ]
 
 
 def test_trigger_of_a_job_nobody_has_is_an_error(lease_url: str, tmp_path: Path) -> None:

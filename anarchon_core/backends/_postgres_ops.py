@@ -1,0 +1,192 @@
+"""The SQL of :mod:`anarchon_core.backends.postgres` beyond claims and leases.
+
+Manual runs, cancel, pause, the instance registry and retention: templates rendered by
+:class:`._postgres_sql.Statements` with the same names (``{runs}``, ``{now}`` …), so
+every identifier is a :class:`psycopg.sql.Identifier` and every value a parameter.
+
+A manual request is a run in state ``pending`` (origin ``manual``, attempt 0, no
+token) until an instance starts it with the takeover function. The unique partial
+index on ``(job) WHERE state = 'pending'`` is what keeps it to one per job: two
+triggers at once cannot both insert, whatever their snapshots.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "CANCEL",
+    "DUE_REASONS",
+    "DUE_RUNS",
+    "INSTANCES",
+    "PAUSED_JOBS",
+    "PRUNE_BATCH",
+    "PRUNE_INSTANCES",
+    "PRUNE_KEEP",
+    "REGISTER",
+    "SET_PAUSED",
+    "TRIGGER",
+    "UNREGISTER",
+]
+
+# A function, so that it can look again: the insert does nothing when a concurrent
+# trigger recorded the job's pending request first (the unique index) or a claim took
+# the chosen millisecond (the primary key); each statement of a PL/pgSQL function
+# takes a fresh snapshot under READ COMMITTED, so the next turn sees what won.
+TRIGGER = """
+CREATE OR REPLACE FUNCTION {trigger}(p_job text, p_requested_by text, OUT o_slot bigint)
+LANGUAGE plpgsql AS $anarchon$
+DECLARE
+    v_now bigint;
+BEGIN
+    LOOP
+        SELECT r.slot INTO o_slot FROM {runs} r
+        WHERE r.job = p_job AND r.state = '{pending}';
+        IF FOUND THEN RETURN; END IF;  -- asked already: the same request
+        v_now := {now};
+        -- The store's now, or the first free millisecond after it.
+        INSERT INTO {runs} AS r
+            (job, slot, origin, state, attempt, token, lease_expires, retry_at, fingerprint,
+             requested_by)
+        SELECT p_job, min(c.slot), 'manual', '{pending}', 0, NULL, 0, 0, '', p_requested_by
+        FROM (SELECT v_now AS slot
+              UNION ALL
+              SELECT o.slot + 1 FROM {runs} o WHERE o.job = p_job AND o.slot >= v_now) c
+        WHERE NOT EXISTS (SELECT 1 FROM {runs} x WHERE x.job = p_job AND x.slot = c.slot)
+        ON CONFLICT DO NOTHING
+        RETURNING r.slot INTO o_slot;
+        IF FOUND THEN RETURN; END IF;
+    END LOOP;
+END
+$anarchon$
+"""
+
+# Expired leases and due retries from the partial index of open runs, pending manual
+# requests from their own index.
+DUE_RUNS = """
+SELECT r.job, r.slot, r.attempt, r.origin, r.state
+FROM {runs} r, (SELECT {now} AS now) t
+WHERE r.job = ANY(%(jobs)s::text[]) AND r.state IN ('running', '{waiting}')
+  AND ((r.state = 'running' AND r.lease_expires <= t.now)
+    OR (r.state = '{waiting}' AND r.retry_at <= t.now))
+UNION ALL
+SELECT p.job, p.slot, p.attempt, p.origin, p.state
+FROM {runs} p
+WHERE p.job = ANY(%(jobs)s::text[]) AND p.state = '{pending}'
+ORDER BY slot, job
+"""
+
+#: Why a run listed by DUE_RUNS is due, by its state (``WAITING``, ``PENDING``).
+DUE_REASONS: dict[str, Literal["expired", "retry", "manual"]] = {
+    "running": "expired",
+    "waiting": "retry",
+    "pending": "manual",
+}
+
+# One statement. Forgetting the token fences the runner (heartbeat, finish and release
+# match it); the state keeps the sweep and takeovers away. The record: a pending
+# request gets an attempt-0 ``cancelled`` one (who asked for it as its instance); the
+# attempt in flight ends ``cancelled``; an attempt that already ended (a failure
+# waiting for its retry, a released run) keeps its status. An upsert rather than an
+# UPDATE: when this statement waited for a takeover that committed meanwhile, the new
+# attempt's record is not in its snapshot, but ON CONFLICT still finds and updates it.
+CANCEL = """
+WITH t AS (SELECT {now} AS now),
+run AS (
+    UPDATE {runs} r SET state = 'cancelled', token = NULL, lease_expires = 0
+    WHERE r.job = %(job)s AND r.slot = %(slot)s::bigint
+      AND r.state IN ('{pending}', 'running', '{waiting}')
+    RETURNING r.attempt, r.origin, r.requested_by
+),
+rec AS (
+    INSERT INTO {attempts} AS a
+        (job, slot, attempt, origin, status, instance_id, claimed_at, started_at, finished_at)
+    SELECT %(job)s, %(slot)s::bigint, run.attempt, run.origin, 'cancelled', run.requested_by,
+           t.now, NULL, t.now
+    FROM run, t
+    ON CONFLICT (job, slot, attempt) DO UPDATE
+        SET status = 'cancelled', finished_at = EXCLUDED.finished_at
+        WHERE a.status = 'running'
+    RETURNING 1
+)
+SELECT count(*) FROM run
+"""
+
+SET_PAUSED = """
+INSERT INTO {jobs} AS j (job, paused) VALUES (%s, %s)
+ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused
+"""
+
+PAUSED_JOBS = "SELECT j.job FROM {jobs} j WHERE j.paused ORDER BY j.job"
+
+# An unchanged spec keeps the stored value (``i.info`` itself): a large, out-of-line
+# ``info`` is then not written again at every refresh.
+REGISTER = """
+INSERT INTO {instances} AS i (instance_id, info, last_seen, expires_at)
+SELECT %(id)s, %(info)s::jsonb, t.now, t.now + %(ttl)s::bigint FROM (SELECT {now} AS now) t
+ON CONFLICT (instance_id) DO UPDATE SET
+    info = CASE WHEN i.info = EXCLUDED.info THEN i.info ELSE EXCLUDED.info END,
+    last_seen = EXCLUDED.last_seen, expires_at = EXCLUDED.expires_at
+"""
+
+UNREGISTER = "DELETE FROM {instances} i WHERE i.instance_id = %s"
+
+INSTANCES = """
+SELECT i.info, i.last_seen FROM {instances} i, (SELECT {now} AS now) t
+WHERE i.expires_at > t.now ORDER BY i.instance_id
+"""
+
+# Per job, the slot of its latest record and of its latest scheduled run (catch-up's
+# anchor): a skip scan over the primary keys, so its cost grows with jobs, not rows.
+PRUNE_KEEP = """
+WITH RECURSIVE
+aj AS (
+    (SELECT a.job FROM {attempts} a ORDER BY a.job LIMIT 1)
+    UNION ALL
+    SELECT (SELECT a.job FROM {attempts} a WHERE a.job > aj.job ORDER BY a.job LIMIT 1)
+    FROM aj WHERE aj.job IS NOT NULL
+),
+rj AS (
+    (SELECT r.job FROM {runs} r ORDER BY r.job LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.job FROM {runs} r WHERE r.job > rj.job ORDER BY r.job LIMIT 1)
+    FROM rj WHERE rj.job IS NOT NULL
+),
+j AS (
+    SELECT aj.job FROM aj WHERE aj.job IS NOT NULL
+    UNION SELECT rj.job FROM rj WHERE rj.job IS NOT NULL
+)
+SELECT j.job,
+       (SELECT max(a.slot) FROM {attempts} a WHERE a.job = j.job),
+       (SELECT max(r.slot) FROM {runs} r WHERE r.job = j.job AND r.origin <> 'manual')
+FROM j
+"""
+
+# One bounded batch, its own short transaction: the newest ``batch`` prunable history
+# records below ``below``, and the runs they belong to when those are terminal too.
+# Claims never touch such rows. The caller moves ``below`` down to the batch's lowest
+# slot, so no batch walks again over the index entries the previous ones deleted.
+PRUNE_BATCH = """
+WITH doomed AS (
+    SELECT t.ctid FROM {attempts} t
+    WHERE t.slot < %(below)s AND t.status = ANY(%(terminal)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM unnest(%(keep_jobs)s::text[], %(keep_slots)s::bigint[]) AS k(job, slot)
+          WHERE k.job = t.job AND k.slot = t.slot)
+    ORDER BY t.slot DESC
+    LIMIT %(batch)s
+),
+gone AS (
+    DELETE FROM {attempts} a WHERE a.ctid = ANY(ARRAY(SELECT d.ctid FROM doomed d))
+    RETURNING a.job, a.slot
+),
+runs_gone AS (
+    DELETE FROM {runs} r USING (SELECT DISTINCT g.job, g.slot FROM gone g) AS g
+    WHERE r.job = g.job AND r.slot = g.slot AND r.state = ANY(%(terminal)s::text[])
+)
+SELECT count(*), min(gone.slot) FROM gone
+"""
+
+# Instances that stopped without unregistering (crashed, killed) leave a row behind;
+# pruning deletes the expired ones.
+PRUNE_INSTANCES = "DELETE FROM {instances} i WHERE i.expires_at <= {now}"

@@ -1,0 +1,499 @@
+"""The Lua scripts of the Redis backend: every decision of the contract is one script.
+
+A script runs atomically on the server, so each one is a critical section exactly
+like a method of the in-memory reference backend, and it mirrors that method step
+for step. Time is ``redis.call('TIME')`` (the store's clock); a lease is a key with a
+server-side TTL, so "is the lease live?" is ``EXISTS``.
+
+Every script touches the keys of one job only (the registry's, its one hash). A job's
+keys share the ``{job}`` hash tag, so they live in one hash slot and the scripts are
+valid on Redis Cluster. The
+scripts that look at other runs of the same job (the overlap check, the sweep, the
+history and prune scans) build those keys from ``base`` (``prefix:{job}:``), which is
+in the same slot as their declared keys.
+
+Numbers written by a script go through ``fmt`` (``%d``): Lua numbers are doubles and
+``tostring`` would switch to exponent notation for large values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from ..records import TERMINAL_STATUSES
+from .memory import EARLY_TOLERANCE_MS, NOT_STARTED
+
+__all__ = [
+    "CANCEL",
+    "CLAIM_LEASE",
+    "CLAIM_SCRIPT",
+    "DUE_RUNS",
+    "FINISH",
+    "HEARTBEAT",
+    "HISTORY",
+    "IDMP_SETUP",
+    "INSTANCES",
+    "LUA_SCRIPTS",
+    "PRUNE",
+    "REGISTER",
+    "RELEASE",
+    "TAKE_OVER",
+    "TRIGGER",
+    "LuaScript",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    """A script and its SHA1: sent with ``EVALSHA``, loaded again after ``NOSCRIPT``."""
+
+    name: str
+    source: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()  # Redis names scripts by SHA1
+
+
+_TERMINAL = ", ".join(f"[{status.value!r}] = true" for status in sorted(TERMINAL_STATUSES))
+
+_HELPERS = f"""
+local EARLY = {EARLY_TOLERANCE_MS}
+local NOT_STARTED = {json.dumps(NOT_STARTED)}
+local TERMINAL = {{{_TERMINAL}}}
+local RECORD_FIELDS = {{'status', 'instance', 'claimed', 'started', 'finished', 'error', 'meta'}}
+
+local function fmt(n) return string.format('%d', n) end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Another run of the job whose lease is live (the overlap check).
+local function live_other(base, open_key, slot)
+  for _, s in ipairs(redis.call('SMEMBERS', open_key)) do
+    if s ~= slot and redis.call('HGET', base .. 'run:' .. s, 'state') == 'running'
+        and redis.call('EXISTS', base .. 'lease:' .. s) == 1 then
+      return true
+    end
+  end
+  return false
+end
+
+-- Index a recorded run: its slot for history and prune, and catch-up's anchor.
+local function remember(job_key, slots_key, slot, origin)
+  redis.call('ZADD', slots_key, slot, slot)
+  if origin ~= 'manual' then
+    local last = tonumber(redis.call('HGET', job_key, 'last') or '')
+    if last == nil or tonumber(slot) > last then
+      redis.call('HSET', job_key, 'last', slot)
+    end
+  end
+end
+
+-- End an attempt's record as interrupted unless it already has an outcome.
+local function interrupt(run, n, now, why)
+  if redis.call('HGET', run, n .. ':status') == 'running' then
+    redis.call('HSET', run, n .. ':status', 'interrupted', n .. ':finished', fmt(now),
+      n .. ':error', why)
+  end
+end
+
+-- A slot that ran nothing (paused, skipped): recorded once, attempt 0.
+local function nothing_ran(run, status, origin, instance, fp, now)
+  redis.call('HSET', run, 'origin', origin, 'state', status, 'attempt', '0', 'token', '',
+    'fp', fp, '0:status', status, '0:instance', instance, '0:claimed', fmt(now),
+    '0:finished', fmt(now))
+end
+"""
+
+
+def _script(name: str, body: str) -> LuaScript:
+    return LuaScript(name, _HELPERS + body)
+
+
+# KEYS: run, lease, job, open, slots
+# ARGV: slot, token, instance, lease_ms, horizon_ms, skip_overlap, origin, fingerprint, base
+CLAIM_LEASE = _script(
+    "claim",
+    """
+local run, lease, job, open, slots = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local slot, token, instance, origin, fp = ARGV[1], ARGV[2], ARGV[3], ARGV[7], ARGV[8]
+local now = now_ms()
+local held = redis.call('HMGET', run, 'token', 'attempt')
+if held[2] then
+  if held[1] == token and held[2] == '1' then return {'won', 1, now} end
+  return {'taken', 0, now}
+end
+local s = tonumber(slot)
+if s < now - tonumber(ARGV[5]) then return {'expired', 0, now} end
+if s > now + EARLY then return {'early', 0, now} end
+local nothing = nil
+if redis.call('HGET', job, 'paused') == '1' then
+  nothing = 'paused'
+elseif ARGV[6] == '1' and live_other(ARGV[9], open, slot) then
+  nothing = 'skipped'
+end
+remember(job, slots, slot, origin)
+if nothing then
+  nothing_ran(run, nothing, origin, instance, fp, now)
+  return {nothing, 0, now}
+end
+redis.call('HSET', run, 'origin', origin, 'state', 'running', 'attempt', '1', 'token', token,
+  'fp', fp, '1:status', 'running', '1:instance', instance, '1:claimed', fmt(now),
+  '1:started', fmt(now))
+redis.call('SET', lease, token, 'PX', ARGV[4])
+redis.call('SADD', open, slot)
+return {'won', 1, now}
+""",
+)
+
+# The claim-only "script" strategy: the same run record, no lease, no overlap check.
+# KEYS: run, job, slots
+# ARGV: slot, token, instance, horizon_ms, origin, fingerprint
+CLAIM_SCRIPT = _script(
+    "claim-only",
+    """
+local run, job, slots = KEYS[1], KEYS[2], KEYS[3]
+local slot, token, instance, origin, fp = ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6]
+local now = now_ms()
+local held = redis.call('HMGET', run, 'token', 'attempt')
+if held[2] then
+  if held[1] == token and held[2] == '1' then return {'won', 1, now} end
+  return {'taken', 0, now}
+end
+local s = tonumber(slot)
+if s < now - tonumber(ARGV[4]) then return {'expired', 0, now} end
+if s > now + EARLY then return {'early', 0, now} end
+remember(job, slots, slot, origin)
+if redis.call('HGET', job, 'paused') == '1' then
+  nothing_ran(run, 'paused', origin, instance, fp, now)
+  return {'paused', 0, now}
+end
+redis.call('HSET', run, 'origin', origin, 'state', 'claimed', 'attempt', '1', 'token', token,
+  'fp', fp, '1:status', 'claimed', '1:instance', instance, '1:claimed', fmt(now),
+  '1:started', fmt(now))
+return {'won', 1, now}
+""",
+)
+
+# KEYS: run, lease
+# ARGV: attempt, token, lease_ms
+HEARTBEAT = _script(
+    "heartbeat",
+    """
+local r = redis.call('HMGET', KEYS[1], 'token', 'attempt', 'state')
+if r[1] ~= ARGV[2] or r[2] ~= ARGV[1] or r[3] ~= 'running' then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+""",
+)
+
+# KEYS: run, lease, open
+# ARGV: attempt, token, status, has_error, error, meta, retry_in_ms ('' for none), slot,
+#       the state an unfinished attempt is in ('running', or 'claimed' for claim-only)
+FINISH = _script(
+    "finish",
+    """
+local run, n = KEYS[1], ARGV[1]
+local r = redis.call('HMGET', run, 'token', 'attempt', 'state')
+if r[1] ~= ARGV[2] or r[2] ~= n then return 0 end
+if r[3] ~= ARGV[9] then
+  if redis.call('HGET', run, n .. ':status') == ARGV[3] then return 1 end
+  return 0
+end
+local now = now_ms()
+if ARGV[7] ~= '' and ARGV[3] == 'failed' then
+  redis.call('HSET', run, 'state', 'waiting', 'retry_at', fmt(now + tonumber(ARGV[7])))
+else
+  redis.call('HSET', run, 'state', ARGV[3])
+  redis.call('SREM', KEYS[3], ARGV[8])
+end
+redis.call('HSET', run, n .. ':status', ARGV[3], n .. ':finished', fmt(now))
+if ARGV[4] == '1' then redis.call('HSET', run, n .. ':error', ARGV[5]) end
+if ARGV[6] ~= '' then redis.call('HSET', run, n .. ':meta', ARGV[6]) end
+redis.call('DEL', KEYS[2])
+return 1
+""",
+)
+
+# KEYS: run, lease
+# ARGV: attempt, token
+RELEASE = _script(
+    "release",
+    """
+local run, n = KEYS[1], ARGV[1]
+local r = redis.call('HMGET', run, 'token', 'attempt', 'state')
+if r[1] ~= ARGV[2] or r[2] ~= n or r[3] ~= 'running' then return 0 end
+local now = now_ms()
+redis.call('DEL', KEYS[2])
+redis.call('HSET', run, 'token', '', n .. ':status', 'interrupted', n .. ':finished', fmt(now),
+  n .. ':error', 'handed over')
+return 1
+""",
+)
+
+# Also starts a pending manual request (attempt 0) as attempt 1.
+# KEYS: run, lease, open, slots
+# ARGV: slot, attempt, token, instance, lease_ms, horizon_ms, max_attempts, skip_overlap, base
+TAKE_OVER = _script(
+    "take_over",
+    """
+local run, lease, open, slots = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local slot, token = ARGV[1], ARGV[3]
+local now = now_ms()
+local r = redis.call('HMGET', run, 'token', 'attempt', 'state', 'retry_at', 'requested_by')
+if not r[2] then return {'taken', 0, now} end
+local attempt, req = tonumber(r[2]), tonumber(ARGV[2])
+if r[1] == token and attempt == req + 1 then return {'won', attempt, now} end
+if attempt ~= req then return {'taken', 0, now} end
+local expired = r[3] == 'running' and redis.call('EXISTS', lease) == 0
+local retry_due = r[3] == 'waiting' and (tonumber(r[4]) or 0) <= now
+local pending = r[3] == 'pending'
+if not (expired or retry_due or pending) then return {'taken', 0, now} end
+local exhausted = req >= tonumber(ARGV[7])
+if exhausted or tonumber(slot) < now - tonumber(ARGV[6]) then
+  if expired then
+    interrupt(run, ARGV[2], now, 'lease expired')
+    redis.call('HSET', run, 'state', 'interrupted', 'token', '')
+  elseif pending then  -- a manual request nobody started in time: it ran nothing
+    redis.call('HSET', run, 'state', 'interrupted', 'token', '', '0:status', 'interrupted',
+      '0:instance', r[5] or '', '0:claimed', fmt(now), '0:finished', fmt(now),
+      '0:error', NOT_STARTED)
+    redis.call('ZADD', slots, slot, slot)
+  else  -- a due retry that may not run: its failure stands
+    redis.call('HSET', run, 'state', 'failed', 'token', '')
+  end
+  redis.call('SREM', open, slot)
+  if exhausted then return {'exhausted', 0, now} end
+  return {'expired', 0, now}
+end
+if ARGV[8] == '1' and live_other(ARGV[9], open, slot) then return {'blocked', 0, now} end
+interrupt(run, ARGV[2], now, 'lease expired')
+if pending then redis.call('ZADD', slots, slot, slot) end
+local n = fmt(req + 1)
+redis.call('HSET', run, 'state', 'running', 'attempt', n, 'token', token,
+  n .. ':status', 'running', n .. ':instance', ARGV[4], n .. ':claimed', fmt(now),
+  n .. ':started', fmt(now))
+redis.call('SET', lease, token, 'PX', ARGV[5])
+return {'won', req + 1, now}
+""",
+)
+
+# KEYS: open
+# ARGV: base
+# Returns a flat list: slot, attempt, origin, reason, ...
+DUE_RUNS = _script(
+    "due_runs",
+    """
+local now = now_ms()
+local out = {}
+for _, s in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local r = redis.call('HMGET', ARGV[1] .. 'run:' .. s, 'state', 'attempt', 'origin', 'retry_at')
+  local reason = nil
+  if r[1] == 'running' and redis.call('EXISTS', ARGV[1] .. 'lease:' .. s) == 0 then
+    reason = 'expired'
+  elseif r[1] == 'waiting' and (tonumber(r[4]) or 0) <= now then
+    reason = 'retry'
+  elseif r[1] == 'pending' then
+    reason = 'manual'
+  end
+  if reason then
+    out[#out + 1] = s
+    out[#out + 1] = r[2]
+    out[#out + 1] = r[3]
+    out[#out + 1] = reason
+  end
+end
+return out
+""",
+)
+
+# A manual run: a pending run (attempt 0, origin manual) at the store's now, or the next
+# free millisecond; at most one pending request per job (a second press returns it).
+# KEYS: open
+# ARGV: base, requested_by
+TRIGGER = _script(
+    "trigger",
+    """
+local base = ARGV[1]
+for _, s in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('HGET', base .. 'run:' .. s, 'state') == 'pending' then return tonumber(s) end
+end
+local slot = now_ms()
+while redis.call('EXISTS', base .. 'run:' .. fmt(slot)) == 1 do slot = slot + 1 end
+local s = fmt(slot)
+redis.call('HSET', base .. 'run:' .. s, 'origin', 'manual', 'state', 'pending', 'attempt', '0',
+  'token', '', 'fp', '', 'requested_by', ARGV[2])
+redis.call('SADD', KEYS[1], s)
+return slot
+""",
+)
+
+# End a pending, running or waiting run as cancelled; revoking the token fences its runner.
+# KEYS: run, lease, open, slots
+# ARGV: slot
+CANCEL = _script(
+    "cancel",
+    """
+local run, slot = KEYS[1], ARGV[1]
+local r = redis.call('HMGET', run, 'state', 'attempt', 'requested_by')
+if r[1] ~= 'pending' and r[1] ~= 'running' and r[1] ~= 'waiting' then return 0 end
+local now = now_ms()
+if r[1] == 'pending' then  -- nothing ran: one attempt-0 record, as for a paused slot
+  redis.call('HSET', run, '0:status', 'cancelled', '0:instance', r[3] or '',
+    '0:claimed', fmt(now), '0:finished', fmt(now))
+  redis.call('ZADD', KEYS[4], slot, slot)
+elseif redis.call('HGET', run, r[2] .. ':status') == 'running' then
+  redis.call('HSET', run, r[2] .. ':status', 'cancelled', r[2] .. ':finished', fmt(now))
+end
+redis.call('HSET', run, 'state', 'cancelled', 'token', '')
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[3], slot)
+return 1
+""",
+)
+
+# The instance registry: one hash, instance id -> '<last_seen> <expires> <json>' (store ms).
+# KEYS: instances
+# ARGV: instance id, ttl_ms, json
+REGISTER = _script(
+    "register",
+    """
+local now = now_ms()
+redis.call('HSET', KEYS[1], ARGV[1],
+  fmt(now) .. ' ' .. fmt(now + tonumber(ARGV[2])) .. ' ' .. ARGV[3])
+return now
+""",
+)
+
+# KEYS: instances
+# Returns a flat list: last_seen, json, ... of the live instances; drops expired ones.
+INSTANCES = _script(
+    "instances",
+    """
+local now = now_ms()
+local out = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local seen, expires, info = string.match(all[i + 1], '^(%d+) (%d+) (.*)$')
+  if expires == nil or tonumber(expires) <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    out[#out + 1] = seen
+    out[#out + 1] = info
+  end
+end
+return out
+""",
+)
+
+# KEYS: slots
+# ARGV: base, max score ('+inf' or '(until'), min score ('-inf' or since), status ('' for
+#       any), limit
+# Returns a flat list: slot, HGETALL of its run, ... for the newest runs holding at least
+# ``limit`` matching records in all (the caller filters, orders and cuts).
+HISTORY = _script(
+    "history",
+    """
+local limit = tonumber(ARGV[5])
+local out, found, offset = {}, 0, 0
+while found < limit do
+  local chunk = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', offset, 100)
+  if #chunk == 0 then break end
+  offset = offset + #chunk
+  for _, s in ipairs(chunk) do
+    local h = redis.call('HGETALL', ARGV[1] .. 'run:' .. s)
+    local matched = 0
+    for i = 1, #h, 2 do
+      if string.sub(h[i], -7) == ':status' and (ARGV[4] == '' or h[i + 1] == ARGV[4]) then
+        matched = matched + 1
+      end
+    end
+    if matched > 0 then
+      out[#out + 1] = s
+      out[#out + 1] = h
+      found = found + matched
+    end
+  end
+end
+return out
+""",
+)
+
+# KEYS: slots, open, job
+# ARGV: base, older_than, min score (cursor: '-inf' or '(slot'), batch size
+# Returns {records deleted, last slot looked at (or false), runs looked at}.
+PRUNE = _script(
+    "prune",
+    """
+local slots, open, job, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local latest = redis.call('ZREVRANGE', slots, 0, 0)[1]
+local anchor = redis.call('HGET', job, 'last')
+local chunk = redis.call('ZRANGEBYSCORE', slots, ARGV[3], '(' .. ARGV[2], 'LIMIT', 0,
+  tonumber(ARGV[4]))
+local deleted = 0
+for _, s in ipairs(chunk) do
+  if s ~= latest and s ~= anchor then
+    local run = base .. 'run:' .. s
+    local h = redis.call('HGETALL', run)
+    local state, records, doomed = nil, 0, {}
+    for i = 1, #h, 2 do
+      if h[i] == 'state' then
+        state = h[i + 1]
+      elseif string.sub(h[i], -7) == ':status' then
+        records = records + 1
+        if TERMINAL[h[i + 1]] then doomed[#doomed + 1] = string.sub(h[i], 1, -8) end
+      end
+    end
+    deleted = deleted + #doomed
+    if state and TERMINAL[state] and #doomed == records then
+      redis.call('DEL', run, base .. 'lease:' .. s)
+      redis.call('ZREM', slots, s)
+      redis.call('SREM', open, s)
+    else
+      for _, n in ipairs(doomed) do
+        for _, f in ipairs(RECORD_FIELDS) do redis.call('HDEL', run, n .. ':' .. f) end
+      end
+    end
+  end
+end
+return {deleted, chunk[#chunk] or false, #chunk}
+""",
+)
+
+# The idmp strategy's one-time set-up of a job's stream (Redis >= 8.6): create it empty
+# and set how long and how many idempotent ids it remembers. XCFGSET clears those maps,
+# so it runs only when the script itself creates the stream.
+# KEYS: stream
+# ARGV: idmp duration (s), idmp max size
+IDMP_SETUP = _script(
+    "idmp_setup",
+    """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('XADD', KEYS[1], '0-1', 'created', '1')
+redis.call('XDEL', KEYS[1], '0-1')
+redis.call('XCFGSET', KEYS[1], 'IDMP-DURATION', ARGV[1], 'IDMP-MAXSIZE', ARGV[2])
+return 1
+""",
+)
+
+LUA_SCRIPTS = (
+    CLAIM_LEASE,
+    CLAIM_SCRIPT,
+    HEARTBEAT,
+    FINISH,
+    RELEASE,
+    TAKE_OVER,
+    DUE_RUNS,
+    TRIGGER,
+    CANCEL,
+    REGISTER,
+    INSTANCES,
+    HISTORY,
+    PRUNE,
+    IDMP_SETUP,
+)

@@ -1,0 +1,351 @@
+"""The Redis strategies that keep a run record per ``(job, slot)``: ``lease`` and ``script``.
+
+Per job (``B`` = ``prefix:{job}:``, one Redis Cluster hash slot):
+
+=================  ======  ==============================================================
+``B run:<slot>``   hash    the run: ``origin``, ``state`` (``pending``, ``running``,
+                           ``waiting``, ``claimed`` or a terminal status), ``attempt``,
+                           ``token``, ``retry_at``, ``fp``, ``requested_by`` (manual runs)
+                           and, per attempt ``n``, its history record ``n:status``,
+                           ``n:instance``, ``n:claimed``, ``n:started``, ``n:finished``,
+                           ``n:error``, ``n:meta``. No TTL: kept until pruned.
+``B lease:<slot>`` string  the holder's token with a TTL of ``lease_ms`` (lease only): the
+                           lease is live while the key exists.
+``B open``         set     slots whose run is pending, running or waiting (lease only).
+``B slots``        zset    every slot with a history record (score = slot): history, prune.
+``B job``          hash    ``paused`` and ``last`` (the latest scheduled slot: catch-up).
+=================  ======  ==============================================================
+
+Every operation is one of the Lua scripts in :mod:`._redis_lua`, which mirror the
+in-memory reference backend; this module only names keys and parses replies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from typing import Any, ClassVar, Literal
+
+from ..backend import (
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    DueRun,
+    Lease,
+    TakeoverRequest,
+    bound_error,
+)
+from ..errors import ConfigurationError
+from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from . import _redis_lua as lua
+from ._redis_base import Call, RedisBackend, command, execute, queue
+
+__all__ = ["RedisLeaseBackend", "RedisScriptBackend"]
+
+_REASONS: dict[str, Literal["expired", "retry", "manual"]] = {
+    "expired": "expired",
+    "retry": "retry",
+    "manual": "manual",
+}
+PRUNE_BATCH = 500  # runs looked at per prune script: bounds how long one blocks Redis
+
+
+class _RunsBackend(RedisBackend):
+    """What ``lease`` and ``script`` share: the run record, history, prune and pausing."""
+
+    #: The state of a run whose attempt has no outcome yet.
+    open_state: ClassVar[str] = "running"
+
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
+        key = self._key(job, "job")
+        command = ("HSET", key, "paused", "1") if paused else ("HDEL", key, "paused")
+        await self._eval_batch([], before=[*self._index_commands(job), command])
+        self._indexed.add(job)
+
+    async def paused_jobs(self) -> set[str]:
+        jobs = await self._jobs()
+        with self._errors():
+            pipe = self.client.pipeline(transaction=False)
+            for job in jobs:
+                queue(pipe, "HGET", self._key(job, "job"), "paused")
+            flags = await execute(pipe)
+        return {job for job, flag in zip(jobs, flags, strict=True) if flag == "1"}
+
+    async def _decide(self, job: str, call: Call) -> Claim:
+        """Run a claim script, with the job's index entry in the same round trip if new."""
+        index = self._index_commands(job)
+        if index:
+            (reply,) = await self._eval_batch([call], before=index)
+            self._indexed.add(job)
+        else:
+            reply = await self._eval(*call)
+        outcome, attempt, now = reply
+        return Claim(Outcome(outcome), int(attempt), int(now))
+
+    async def finish(
+        self,
+        lease: Lease,
+        status: Status,
+        *,
+        error: str | None = None,
+        meta: dict[str, Any] | None = None,
+        retry_in_ms: int | None = None,
+    ) -> bool:
+        try:
+            meta_json = json.dumps(meta, separators=(",", ":")) if meta else ""
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
+            ) from exc
+        error = bound_error(error)
+        retry = "" if retry_in_ms is None or not self.capabilities.lease else str(retry_in_ms)
+        job, slot = lease.job, lease.slot
+        reply = await self._eval(
+            lua.FINISH,
+            [
+                self._key(job, f"run:{slot}"),
+                self._key(job, f"lease:{slot}"),
+                self._key(job, "open"),
+            ],
+            [
+                lease.attempt,
+                lease.token,
+                str(status),
+                "0" if error is None else "1",
+                error or "",
+                meta_json,
+                retry,
+                slot,
+                self.open_state,
+            ],
+        )
+        return bool(reply)
+
+    # -- history -----------------------------------------------------------------
+    async def history(self, query: HistoryQuery) -> list[RunRecord]:
+        if query.limit <= 0:
+            return []
+        jobs = [query.job] if query.job is not None else await self._jobs()
+        top = "+inf" if query.until is None else f"({query.until}"
+        bottom = "-inf" if query.since is None else str(query.since)
+        status = "" if query.status is None else str(query.status)
+        calls: list[Call] = [
+            (
+                lua.HISTORY,
+                [self._key(job, "slots")],
+                [self._base(job), top, bottom, status, query.limit],
+            )
+            for job in jobs
+        ]
+        records: list[RunRecord] = []
+        for job, reply in zip(jobs, await self._eval_batch(calls), strict=True):
+            for i in range(0, len(reply), 2):
+                records.extend(run_records(job, int(reply[i]), reply[i + 1]))
+        records = [r for r in records if query.status is None or r.status == query.status]
+        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
+        return records[: query.limit]
+
+    async def prune(self, older_than_ms: int) -> int:
+        deleted = 0
+        for job in await self._jobs():
+            cursor = "-inf"
+            while True:
+                count, last, seen = await self._eval(
+                    lua.PRUNE,
+                    [self._key(job, "slots"), self._key(job, "open"), self._key(job, "job")],
+                    [self._base(job), older_than_ms, cursor, PRUNE_BATCH],
+                )
+                deleted += int(count)
+                if int(seen) < PRUNE_BATCH or last is None:
+                    break
+                cursor = f"({last}"
+        return deleted
+
+
+class RedisLeaseBackend(_RunsBackend):
+    """``strategy=lease``: a lease backend; every operation is one Lua script.
+
+    The lease is the key ``lease:<slot>`` with a server-side TTL: expiry is judged by
+    the store's clock, and a TTL only ever deletes the lease, never the run record.
+    """
+
+    strategy = "lease"
+    capabilities = Capabilities(lease=True, store_clock=True, finish=True)
+    scripts = (
+        lua.CLAIM_LEASE,
+        lua.HEARTBEAT,
+        lua.FINISH,
+        lua.RELEASE,
+        lua.TAKE_OVER,
+        lua.DUE_RUNS,
+        lua.TRIGGER,
+        lua.CANCEL,
+        lua.HISTORY,
+        lua.PRUNE,
+    )
+
+    async def claim(self, request: ClaimRequest) -> Claim:
+        job, slot = request.job, request.slot
+        keys = [
+            self._key(job, f"run:{slot}"),
+            self._key(job, f"lease:{slot}"),
+            self._key(job, "job"),
+            self._key(job, "open"),
+            self._key(job, "slots"),
+        ]
+        args: list[str | int] = [
+            slot,
+            request.token,
+            request.instance_id,
+            request.lease_ms,
+            request.horizon_ms,
+            int(request.skip_overlap),
+            str(request.origin),
+            request.fingerprint,
+            self._base(job),
+        ]
+        return await self._decide(job, (lua.CLAIM_LEASE, keys, args))
+
+    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
+        calls: list[Call] = [
+            (
+                lua.HEARTBEAT,
+                [
+                    self._key(lease.job, f"run:{lease.slot}"),
+                    self._key(lease.job, f"lease:{lease.slot}"),
+                ],
+                [lease.attempt, lease.token, lease_ms],
+            )
+            for lease in leases
+        ]
+        return [bool(reply) for reply in await self._eval_batch(calls)]
+
+    async def release(self, lease: Lease) -> bool:
+        job, slot = lease.job, lease.slot
+        reply = await self._eval(
+            lua.RELEASE,
+            [self._key(job, f"run:{slot}"), self._key(job, f"lease:{slot}")],
+            [lease.attempt, lease.token],
+        )
+        return bool(reply)
+
+    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
+        names = sorted(set(jobs))
+        calls: list[Call] = [
+            (lua.DUE_RUNS, [self._key(job, "open")], [self._base(job)]) for job in names
+        ]
+        due: list[DueRun] = []
+        for job, reply in zip(names, await self._eval_batch(calls), strict=True):
+            for i in range(0, len(reply), 4):
+                slot, attempt, origin, reason = reply[i : i + 4]
+                due.append(DueRun(job, int(slot), int(attempt), Origin(origin), _REASONS[reason]))
+        due.sort(key=lambda d: (d.slot, d.job))
+        return due
+
+    async def take_over(self, request: TakeoverRequest) -> Claim:
+        job, slot = request.job, request.slot
+        outcome, attempt, now = await self._eval(
+            lua.TAKE_OVER,
+            [
+                self._key(job, f"run:{slot}"),
+                self._key(job, f"lease:{slot}"),
+                self._key(job, "open"),
+                self._key(job, "slots"),
+            ],
+            [
+                slot,
+                request.attempt,
+                request.token,
+                request.instance_id,
+                request.lease_ms,
+                request.horizon_ms,
+                request.max_attempts,
+                int(request.skip_overlap),
+                self._base(job),
+            ],
+        )
+        return Claim(Outcome(outcome), int(attempt), int(now))
+
+    async def last_scheduled_slot(self, job: str) -> int | None:
+        with self._errors():
+            last = await command(self.client, "HGET", self._key(job, "job"), "last")
+        return None if last is None else int(last)
+
+    # -- operations ----------------------------------------------------------------
+    async def trigger(self, job: str, requested_by: str) -> int:
+        call: Call = (lua.TRIGGER, [self._key(job, "open")], [self._base(job), requested_by])
+        (slot,) = await self._eval_batch([call], before=self._index_commands(job))
+        self._indexed.add(job)
+        return int(slot)
+
+    async def cancel(self, job: str, slot: int) -> bool:
+        reply = await self._eval(
+            lua.CANCEL,
+            [
+                self._key(job, f"run:{slot}"),
+                self._key(job, f"lease:{slot}"),
+                self._key(job, "open"),
+                self._key(job, "slots"),
+            ],
+            [slot],
+        )
+        return bool(reply)
+
+
+class RedisScriptBackend(_RunsBackend):
+    """``strategy=script``: claim-only; one Lua script records the claim atomically.
+
+    The run record is the lease strategy's, without a lease: the claim records
+    ``claimed`` and the finish (fenced by the claim's token) ``success`` or ``failed``.
+    """
+
+    strategy = "script"
+    capabilities = Capabilities(lease=False, store_clock=True, finish=True)
+    open_state = "claimed"
+    scripts = (lua.CLAIM_SCRIPT, lua.FINISH, lua.HISTORY, lua.PRUNE)
+
+    async def claim(self, request: ClaimRequest) -> Claim:
+        job, slot = request.job, request.slot
+        keys = [self._key(job, f"run:{slot}"), self._key(job, "job"), self._key(job, "slots")]
+        args: list[str | int] = [
+            slot,
+            request.token,
+            request.instance_id,
+            request.horizon_ms,
+            str(request.origin),
+            request.fingerprint,
+        ]
+        return await self._decide(job, (lua.CLAIM_SCRIPT, keys, args))
+
+
+def run_records(job: str, slot: int, flat: Sequence[str]) -> list[RunRecord]:
+    """The history records held in one run hash (``HGETALL`` reply, flat)."""
+    fields = dict(zip(flat[::2], flat[1::2], strict=True))
+    origin = Origin(fields.get("origin", Origin.SCHEDULE))
+    records = []
+    for field, status in fields.items():
+        if not field.endswith(":status"):
+            continue
+        n = field[: -len(":status")]
+        meta = fields.get(f"{n}:meta")
+        records.append(
+            RunRecord(
+                job,
+                slot,
+                int(n),
+                origin,
+                Status(status),
+                fields.get(f"{n}:instance"),
+                _ms(fields.get(f"{n}:claimed")),
+                _ms(fields.get(f"{n}:started")),
+                _ms(fields.get(f"{n}:finished")),
+                fields.get(f"{n}:error"),
+                json.loads(meta) if meta else {},
+            )
+        )
+    return records
+
+
+def _ms(value: str | None) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,310 @@
+"""The claim-only Redis strategies on streams: ``stream-id`` and ``idmp``.
+
+One stream per job, ``prefix:{job}:stream``; one entry per won claim holding
+``token``, ``instance``, ``origin``, ``claimed`` and ``fingerprint``. The stream *is*
+the history (every record has status ``claimed``: a stream entry cannot be updated,
+so the outcome is not written).
+
+A plain ``XADD`` cannot look at a clock, so the claim horizon and early claims are
+judged against the store's clock as estimated from ``TIME`` replies before the write,
+and against the ``TIME`` sent in the same round trip after it: an entry that turns out
+early is kept (it is ours; the engine repeats the claim at the right time and the
+repeat recognises its token), one that turns out past its horizon is deleted.
+
+A claim is repeated with the same token after a lost reply (the connection dropped
+after sending) or an early answer. The backend remembers the tokens it sent recently,
+and a repeat also reads the slot's entry, in the same round trip, to tell "mine" from
+"taken". The driver never resends on its own, so no path can mistake its own earlier
+write for a rival's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from ..backend import Capabilities, Claim, ClaimRequest
+from ..errors import CapabilityError
+from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from . import _redis_lua as lua
+from ._redis_base import RedisBackend, command, execute, queue
+from ._redis_url import DEFAULT_URL
+from .memory import EARLY_TOLERANCE_MS
+
+__all__ = ["IDMP_PRODUCER", "RedisIdmpBackend", "RedisStreamIdBackend", "idmp_xadd_command"]
+
+#: The producer id of every anarchon claim: one shared dedup domain per job stream.
+IDMP_PRODUCER = "anarchon"
+#: How long and how many idempotent ids a job's stream remembers (the server's maxima).
+IDMP_DURATION_S = 86_400
+IDMP_MAX_SIZE = 10_000
+_MAX_SENT = 1024  # tokens remembered for repeats
+
+
+def idmp_xadd_command(key: str, slot: int, fields: Mapping[str, str]) -> list[str]:
+    """``XADD key IDMP anarchon <slot> * field value …``: at most one entry per slot."""
+    command = ["XADD", key, "IDMP", IDMP_PRODUCER, str(slot), "*"]
+    for name, value in fields.items():
+        command += [name, value]
+    return command
+
+
+class _StreamBackend(RedisBackend):
+    """What both stream strategies share: the clock estimate, history and prune."""
+
+    capabilities = Capabilities(lease=False, store_clock=True, finish=False)
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, strategy: str | None = None, prefix: str | None = None
+    ) -> None:
+        super().__init__(url, strategy=strategy, prefix=prefix)
+        self._skew_ms = 0
+        self._sent: dict[str, None] = {}  # recent claim tokens, oldest first
+
+    async def _opened(self, client: Redis) -> None:
+        sent = _local_ms()
+        self._observe(await command(client, "TIME"), sent)
+
+    def _observe(self, reply: Sequence[Any], sent_ms: int) -> int:
+        """The store's now from a ``TIME`` reply; updates the skew estimate."""
+        seconds, micros = reply
+        now = int(seconds) * 1000 + int(micros) // 1000
+        self._skew_ms = now - (sent_ms + _local_ms()) // 2
+        return now
+
+    async def claim(self, request: ClaimRequest) -> Claim:
+        estimate = _local_ms() + self._skew_ms
+        verdict = _judge(request, estimate)
+        if verdict is not None:  # nothing written: the store's clock says no
+            return Claim(verdict, store_now=estimate)
+        repeat = request.token in self._sent
+        self._sent[request.token] = None
+        while len(self._sent) > _MAX_SENT:
+            del self._sent[next(iter(self._sent))]
+        entry, now = await self._add(request, repeat)
+        verdict = _judge(request, now) if entry is not None else Outcome.TAKEN
+        if verdict == Outcome.EXPIRED and entry is not None:
+            with self._errors():  # written past its horizon: nobody runs it, not even us
+                await command(self.client, "XDEL", self._key(request.job, "stream"), entry)
+        if verdict is not None:
+            return Claim(verdict, store_now=now)
+        return Claim(Outcome.WON, 1, now)
+
+    async def _add(self, request: ClaimRequest, repeat: bool) -> tuple[str | None, int]:
+        """Write the claim; ``(entry id if it is ours, store now)``."""
+        raise NotImplementedError
+
+    def _fields(self, request: ClaimRequest, claimed: int) -> dict[str, str]:
+        return {
+            "token": request.token,
+            "instance": request.instance_id,
+            "origin": str(request.origin),
+            "claimed": str(claimed),
+            "fingerprint": request.fingerprint,
+        }
+
+    # -- history -----------------------------------------------------------------
+    async def history(self, query: HistoryQuery) -> list[RunRecord]:
+        if query.limit <= 0 or query.status not in (None, Status.CLAIMED):
+            return []
+        jobs = [query.job] if query.job is not None else await self._jobs()
+        with self._errors():
+            pipe = self.client.pipeline(transaction=False)
+            for job in jobs:
+                queue(pipe, *self._history_command(job, query))
+            replies = await execute(pipe)
+        records = [
+            record
+            for job, entries in zip(jobs, replies, strict=True)
+            for entry_id, fields in entries
+            if (record := self._record(job, entry_id, fields)) is not None
+            and (query.since is None or record.slot >= query.since)
+            and (query.until is None or record.slot < query.until)
+        ]
+        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
+        return records[: query.limit]
+
+    def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
+        raise NotImplementedError
+
+    def _record(self, job: str, entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
+        raise NotImplementedError
+
+    async def prune(self, older_than_ms: int) -> int:
+        """Trim each job's stream below ``older_than_ms``, always keeping its latest entry."""
+        deleted = 0
+        for job in await self._jobs():
+            key = self._key(job, "stream")
+            with self._errors():
+                top = await command(self.client, "XREVRANGE", key, "+", "-", "COUNT", 1)
+                if not top:
+                    continue
+                latest = int(top[0][0].split("-")[0])
+                threshold = min(older_than_ms, latest)
+                trimmed = await command(self.client, "XTRIM", key, "MINID", "=", f"{threshold}-0")
+            deleted += int(trimmed)
+        return deleted
+
+
+class RedisStreamIdBackend(_StreamBackend):
+    """``strategy=stream-id``: ``XADD`` with the slot as the explicit entry id ``<slot>-0``.
+
+    The stream refuses an id equal to or older than its top entry, so exactly one add
+    per slot succeeds, and a slot older than one already claimed can never be claimed.
+    Trimming keeps that top id, so prune cannot reopen a slot.
+    """
+
+    strategy = "stream-id"
+
+    async def _add(self, request: ClaimRequest, repeat: bool) -> tuple[str | None, int]:
+        key = self._key(request.job, "stream")
+        entry = f"{request.slot}-0"
+        index = self._index_commands(request.job)
+        fields = self._fields(request, _local_ms() + self._skew_ms)
+        with self._errors():
+            pipe = self.client.pipeline(transaction=False)
+            for queued in index:
+                queue(pipe, *queued)
+            queue(pipe, "TIME")
+            queue(pipe, "XADD", key, entry, *_flat(fields))
+            if repeat:  # a lost reply: was the entry ours?
+                queue(pipe, "XRANGE", key, entry, entry)
+            sent = _local_ms()
+            replies = await execute(pipe, raise_on_error=False)
+            replies = replies[len(index) :]
+            if isinstance(replies[0], Exception):
+                raise replies[0]
+            now = self._observe(replies[0], sent)
+            added = replies[1]
+            if isinstance(added, ResponseError) and "smaller" in str(added):
+                found = replies[2] if repeat else []
+                if isinstance(found, Exception):
+                    raise found
+                mine = bool(found) and found[0][1].get("token") == request.token
+                added = entry if mine else None
+            elif isinstance(added, Exception):
+                raise added
+        if index:
+            self._indexed.add(request.job)
+        return (None if added is None else str(added)), now
+
+    def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
+        top = "+" if query.until is None else f"({query.until}-0"
+        bottom = "-" if query.since is None else f"{query.since}-0"
+        return ["XREVRANGE", self._key(job, "stream"), top, bottom, "COUNT", query.limit]
+
+    def _record(self, job: str, entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
+        claimed = int(fields["claimed"]) if "claimed" in fields else None
+        return RunRecord(
+            job,
+            int(entry_id.split("-")[0]),
+            1,
+            Origin(fields.get("origin", Origin.SCHEDULE)),
+            Status.CLAIMED,
+            fields.get("instance"),
+            claimed,
+            claimed,
+            None,
+        )
+
+
+class RedisIdmpBackend(_StreamBackend):
+    """``strategy=idmp``: ``XADD … IDMP anarchon <slot> *`` (Redis ≥ 8.6).
+
+    The server remembers each (producer, idempotent id) for ``IDMP-DURATION`` (set to
+    its maximum, 24 h) and at most ``IDMP-MAXSIZE`` (10,000) ids per stream; a second
+    add of a remembered slot returns the first entry's id and adds nothing. Untested
+    against a live Redis 8.6 (none is available to the test suite).
+    """
+
+    strategy = "idmp"
+    scripts = (lua.IDMP_SETUP,)
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, strategy: str | None = None, prefix: str | None = None
+    ) -> None:
+        super().__init__(url, strategy=strategy, prefix=prefix)
+        self._configured: set[str] = set()  # job streams set up by this process
+
+    async def _check_server(self, client: Redis) -> None:
+        await super()._check_server(client)
+        version = self.server_version
+        if self.server.startswith("Valkey") or version is None or version < (8, 6):
+            raise CapabilityError(
+                f"strategy 'idmp' needs Redis >= 8.6 (XADD ... IDMP); {self.describe()} runs "
+                f"{self.server}. Strategies that work on it: lease (the default), stream-id, "
+                f"script"
+            )
+
+    async def _add(self, request: ClaimRequest, repeat: bool) -> tuple[str | None, int]:
+        job = request.job
+        key = self._key(job, "stream")
+        if job not in self._configured:  # once per job and process: a second round trip
+            await self._eval_batch(
+                [(lua.IDMP_SETUP, [key], [IDMP_DURATION_S, IDMP_MAX_SIZE])],
+                before=self._index_commands(job),
+            )
+            self._configured.add(job)
+            self._indexed.add(job)
+        fields = self._fields(request, _local_ms() + self._skew_ms)
+        with self._errors():
+            pipe = self.client.pipeline(transaction=True)  # the add and the top entry, at once
+            queue(pipe, "TIME")
+            queue(pipe, *idmp_xadd_command(key, request.slot, fields))
+            queue(pipe, "XREVRANGE", key, "+", "-", "COUNT", 1)
+            sent = _local_ms()
+            clock, entry, top = await execute(pipe)
+            now = self._observe(clock, sent)
+            if top and top[0][0] == entry:
+                mine = top[0][1].get("token") == request.token
+            elif repeat:  # a duplicate of an older entry: ours if it carries our token
+                found = await command(self.client, "XRANGE", key, entry, entry)
+                mine = bool(found) and found[0][1].get("token") == request.token
+            else:
+                mine = False
+        return (str(entry) if mine else None), now
+
+    def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
+        # Entry ids are arrival times; a claim arrives at most EARLY_TOLERANCE_MS early.
+        bottom = "-" if query.since is None else str(max(query.since - EARLY_TOLERANCE_MS, 0))
+        return ["XREVRANGE", self._key(job, "stream"), "+", bottom]
+
+    def _record(self, job: str, entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
+        if "slot" not in fields:
+            return None
+        claimed = int(entry_id.split("-")[0])  # the server's clock at the add
+        return RunRecord(
+            job,
+            int(fields["slot"]),
+            1,
+            Origin(fields.get("origin", Origin.SCHEDULE)),
+            Status.CLAIMED,
+            fields.get("instance"),
+            claimed,
+            claimed,
+            None,
+        )
+
+    def _fields(self, request: ClaimRequest, claimed: int) -> dict[str, str]:
+        return {"slot": str(request.slot), **super()._fields(request, claimed)}
+
+
+def _judge(request: ClaimRequest, now: int) -> Outcome | None:
+    """The claim horizon and the early rule at the store's ``now``; None: may claim."""
+    if request.slot > now + EARLY_TOLERANCE_MS:
+        return Outcome.EARLY
+    if request.slot < now - request.horizon_ms:
+        return Outcome.EXPIRED
+    return None
+
+
+def _flat(fields: Mapping[str, str]) -> list[str]:
+    return [part for pair in fields.items() for part in pair]
+
+
+def _local_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,49 @@
+"""The Redis backend (redis-py asyncio): works with Redis ≥ 6.2 and Valkey.
+
+``RedisBackend(url, strategy=..., prefix=...)`` or ``redis://host:6379/0?strategy=lease``
+builds one of four strategies (SPEC §5); ``RedisBackend(...)`` returns the subclass
+that implements the chosen one, so ``isinstance(b, RedisBackend)`` holds for all:
+
+``lease`` (:class:`RedisLeaseBackend`, the default)
+    A lease backend: every decision is one Lua script; a lease is a key with a
+    server-side TTL; the run record lives apart from it, so a TTL never deletes it.
+``script`` (:class:`RedisScriptBackend`)
+    Claim-only: one Lua script records the claim (and the finish) atomically.
+``stream-id`` (:class:`RedisStreamIdBackend`)
+    Claim-only: ``XADD`` with the slot as the explicit entry id; the store refuses a
+    second add of the same or an older id.
+``idmp`` (:class:`RedisIdmpBackend`)
+    Claim-only: ``XADD … IDMP`` idempotent production (Redis ≥ 8.6).
+
+The shared machinery is in :mod:`._redis_base`, the URL in :mod:`._redis_url`, the
+scripts in :mod:`._redis_lua`, the strategies in :mod:`._redis_runs` and
+:mod:`._redis_streams`. The key layout, the
+guarantees and the failure behaviour are in ``docs/backends/redis.md``.
+"""
+
+from __future__ import annotations
+
+from ._redis_base import RedisBackend
+from ._redis_runs import RedisLeaseBackend, RedisScriptBackend
+from ._redis_streams import RedisIdmpBackend, RedisStreamIdBackend
+from ._redis_url import DEFAULT_PREFIX, DEFAULT_URL, STRATEGIES
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "DEFAULT_URL",
+    "STRATEGIES",
+    "STRATEGY_CLASSES",
+    "RedisBackend",
+    "RedisIdmpBackend",
+    "RedisLeaseBackend",
+    "RedisScriptBackend",
+    "RedisStreamIdBackend",
+]
+
+#: The class that implements each ``?strategy=``.
+STRATEGY_CLASSES: dict[str, type[RedisBackend]] = {
+    "lease": RedisLeaseBackend,
+    "script": RedisScriptBackend,
+    "stream-id": RedisStreamIdBackend,
+    "idmp": RedisIdmpBackend,
+}

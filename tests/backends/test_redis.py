@@ -1,0 +1,659 @@
+"""What only the Redis backend promises: URLs, strategies, its key layout, and resilience.
+
+The lease strategy also passes the whole shared conformance suite (``[redis]`` and
+``[valkey]`` in ``test_conformance.py``). Tests that change server-wide state (script
+cache, restarts) use a throwaway server of their own, never the shared one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Collection, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as sync_redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis_servers import (
+    Server,
+    delete_prefix,
+    free_port,
+    fresh_prefix,
+    glob_escape,
+    redis_binary,
+    shared_redis_url,
+    valkey_url,
+    with_params,
+)
+
+from anarchon_core import RunContext, Scheduler
+from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease
+from anarchon_core.backends import backend_from_url
+from anarchon_core.backends._redis_streams import IDMP_PRODUCER, idmp_xadd_command
+from anarchon_core.backends.redis import (
+    RedisBackend,
+    RedisIdmpBackend,
+    RedisLeaseBackend,
+    RedisScriptBackend,
+    RedisStreamIdBackend,
+)
+from anarchon_core.errors import (
+    BackendError,
+    BackendUnavailable,
+    CapabilityError,
+    ConfigurationError,
+    SchemaVersionError,
+)
+from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
+
+HOUR = 3_600_000
+CLAIM_ONLY = ["script", "stream-id"]
+#: Names the core rejects at definition time; stored safely if given to a backend directly.
+ODD_NAMES = [
+    "it's",
+    'say "hi"',
+    "a b",
+    "*",
+    "%s%d",
+    "'; DROP TABLE anarchon_runs; --",
+    "x}:run:1",
+    "{tag}",
+    "ζ✓",
+]
+
+
+def request(
+    slot: int, *, job: str = "job", token: str | None = None, horizon_ms: int = HOUR
+) -> ClaimRequest:
+    return ClaimRequest(
+        job=job,
+        slot=slot,
+        origin=Origin.SCHEDULE,
+        token=token or secrets.token_hex(8),
+        instance_id="host:1:abcdef",
+        lease_ms=60_000,
+        horizon_ms=horizon_ms,
+        skip_overlap=False,
+        fingerprint="every:1s",
+    )
+
+
+@asynccontextmanager
+async def opened(
+    strategy: str = "lease", *, url: str | None = None, prefix: str | None = None
+) -> AsyncIterator[RedisBackend]:
+    """An open backend under a fresh prefix, whose keys are deleted afterwards."""
+    url = url or shared_redis_url()
+    prefix = prefix or fresh_prefix()
+    backend = RedisBackend(with_params(url, strategy=strategy, prefix=prefix))
+    try:
+        await backend.open()
+        yield backend
+    finally:
+        await backend.close()
+        delete_prefix(url, prefix)
+
+
+def keys_of(url: str, prefix: str) -> set[str]:
+    with sync_redis.Redis.from_url(url, decode_responses=True) as client:
+        return set(client.scan_iter(match=glob_escape(prefix) + ":*", count=1000))
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[Server]:
+    """A throwaway server with AOF (``appendfsync always``) on its own port and directory."""
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("no redis-server or valkey-server binary to start a throwaway server")
+    server = Server(binary, tmp_path / "redis", appendonly=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- URLs and construction (no server) -----------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "cls", "prefix"),
+    [
+        ("redis://127.0.0.1:6379/0", RedisLeaseBackend, "anarchon"),
+        ("redis://h/0?strategy=lease&prefix=app", RedisLeaseBackend, "app"),
+        ("rediss://h:6380/2?strategy=script", RedisScriptBackend, "anarchon"),
+        ("redis://h?strategy=stream-id&prefix=a%20b", RedisStreamIdBackend, "a b"),
+        ("redis://h?strategy=idmp&socket_timeout=2", RedisIdmpBackend, "anarchon"),
+    ],
+)
+def test_url_forms(url: str, cls: type[RedisBackend], prefix: str) -> None:
+    backend = backend_from_url(url)
+    assert type(backend) is cls and isinstance(backend, RedisBackend)
+    assert backend.prefix == prefix
+    assert f"strategy={cls.strategy}" in backend.describe()
+
+
+def test_constructor_picks_the_strategy_class() -> None:
+    backend = RedisBackend("redis://h/0", strategy="stream-id", prefix="p")
+    assert type(backend) is RedisStreamIdBackend
+    assert backend.describe() == "redis://h/0?strategy=stream-id&prefix=p"
+    assert type(RedisBackend("redis://h/0?strategy=script", strategy="script")) is (
+        RedisScriptBackend
+    )
+
+
+def test_credentials_are_masked() -> None:
+    backend = backend_from_url("redis://user:s3cret@h:6379/0?strategy=script")
+    assert "s3cret" not in backend.describe() and "***" in backend.describe()
+    with pytest.raises(ConfigurationError) as err:
+        backend_from_url("redis://user:s3cret@h:6379/0?strategy=nope")
+    assert "s3cret" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "kwargs", "named"),
+    [
+        ("redis://h/0?strategy=lock", {}, "'lock'"),
+        ("redis://h/0?colour=blue", {}, "colour"),
+        ("redis://h/0?prefix=a&prefix=b", {}, "'prefix' is given twice"),
+        ("redis://h/0?strategy=script", {"strategy": "lease"}, "given twice"),
+        ("redis://h/0?prefix={app}", {}, "'{app}'"),
+        ("redis://h/0?prefix=", {}, "''"),
+        ("redis://h/0?prefix=a%0Ab", {}, "'a\\nb'"),
+        ("redis://h/0?prefix=" + "x" * 101, {}, "1-100"),
+        ("http://h/0", {}, "redis://"),
+        ("redis:///0", {}, "redis://"),
+        ("redis://h:port/0", {}, "redis://"),
+    ],
+)
+def test_bad_urls_are_refused_naming_the_value(
+    url: str, kwargs: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        RedisBackend(url, **kwargs)
+    assert named in str(err.value)
+
+
+def test_prefix_given_in_code_is_validated() -> None:
+    with pytest.raises(ConfigurationError, match="hash tag"):
+        RedisBackend("redis://h/0", prefix="a}b")
+
+
+def test_claim_only_strategies_refuse_lease_operations() -> None:
+    lease = Lease("job", 1000, 1, "token")
+    for strategy in ("script", "stream-id", "idmp"):
+        backend = RedisBackend("redis://h/0", strategy=strategy)
+        assert not backend.capabilities.lease and backend.capabilities.store_clock
+        assert backend.capabilities.finish == (strategy == "script")
+        with pytest.raises(CapabilityError, match=f"strategy={strategy}"):
+            asyncio.run(backend.heartbeat([lease], 1000))
+    assert RedisBackend("redis://h/0").capabilities.lease
+
+
+def test_idmp_command_construction() -> None:
+    fields = {"token": "t", "instance": "i"}
+    command = idmp_xadd_command("app:{job}:stream", 1_700_000_000_000, fields)
+    assert command == [
+        "XADD",
+        "app:{job}:stream",
+        "IDMP",
+        IDMP_PRODUCER,
+        "1700000000000",
+        "*",
+        "token",
+        "t",
+        "instance",
+        "i",
+    ]
+
+
+def test_odd_job_names_are_rejected_at_definition() -> None:
+    scheduler = Scheduler("redis://127.0.0.1:6379/0?strategy=lease")
+    for name in [*ODD_NAMES, "", "x" * 201]:
+        with pytest.raises(ConfigurationError) as err:
+            scheduler.every(name, "1s", lambda ctx: None)
+        assert repr(name) in str(err.value)
+    with pytest.raises(ConfigurationError):
+        Scheduler("redis://127.0.0.1:6379/0", namespace="bad ns")
+
+
+# -- the store: layout, versions, scripts ------------------------------------------------
+async def test_key_layout_and_lease_ttl() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened(url=url, prefix=prefix) as backend:
+        now = await backend.now_ms()
+        claim = await backend.claim(request(now, token="tok"))
+        assert claim.outcome == Outcome.WON
+        base = f"{prefix}:{{job}}:"
+        assert keys_of(url, prefix) == {
+            f"{prefix}:layout",
+            f"{prefix}:jobs",
+            f"{base}run:{now}",
+            f"{base}lease:{now}",
+            f"{base}open",
+            f"{base}slots",
+            f"{base}job",
+        }
+        with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
+            assert raw.hgetall(f"{prefix}:layout") == {
+                "version": str(SCHEMA_VERSION),
+                "strategy": "lease",
+            }
+            assert raw.get(f"{base}lease:{now}") == "tok"
+            assert 0 < raw.pttl(f"{base}lease:{now}") <= 60_000  # the server's TTL is the lease
+            assert raw.pttl(f"{base}run:{now}") == -1  # the run record never expires
+            run = raw.hgetall(f"{base}run:{now}")
+            assert (run["state"], run["attempt"], run["token"], run["1:status"]) == (
+                "running",
+                "1",
+                "tok",
+                "running",
+            )
+            assert await backend.finish(Lease("job", now, 1, "tok"), Status.SUCCESS)
+            assert not raw.exists(f"{base}lease:{now}")
+            assert raw.hget(f"{base}run:{now}", "1:status") == "success"
+            assert raw.smembers(f"{base}open") == set()
+
+
+async def test_expired_lease_leaves_the_run_record() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened(url=url, prefix=prefix) as backend:
+        now = await backend.now_ms()
+        claim = await backend.claim(
+            ClaimRequest("job", now, Origin.SCHEDULE, "tok", "i", 50, HOUR, False)
+        )
+        assert claim.outcome == Outcome.WON
+        await asyncio.sleep(0.15)
+        assert f"{prefix}:{{job}}:lease:{now}" not in keys_of(url, prefix)
+        assert [d.slot for d in await backend.due_runs(["job"])] == [now]
+        (record,) = await backend.history(HistoryQuery(job="job"))
+        assert record.status == Status.RUNNING
+
+
+async def test_newer_layout_is_refused() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened(url=url, prefix=prefix):
+        pass
+    with sync_redis.Redis.from_url(url) as raw:
+        raw.hset(f"{prefix}:layout", "version", SCHEMA_VERSION + 1)
+    try:
+        with pytest.raises(SchemaVersionError, match=f"layout version {SCHEMA_VERSION + 1}"):
+            async with opened(url=url, prefix=prefix):
+                pass
+        with sync_redis.Redis.from_url(url) as raw:
+            raw.hset(f"{prefix}:layout", "version", "garbage")
+        with pytest.raises(BackendError, match="unreadable"):
+            async with opened(url=url, prefix=prefix):
+                pass
+    finally:
+        delete_prefix(url, prefix)
+
+
+async def test_one_prefix_one_strategy() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened("stream-id", url=url, prefix=prefix):
+        with pytest.raises(ConfigurationError, match="strategy 'stream-id', not 'lease'"):
+            async with opened("lease", url=url, prefix=prefix):
+                pass
+
+
+async def test_scripts_are_reloaded_after_the_server_forgot_them(own_server: Server) -> None:
+    async with opened(url=own_server.url) as backend:
+        now = await backend.now_ms()
+        lease = Lease("job", now, 1, "tok")
+        assert (await backend.claim(request(now, token="tok"))).outcome == Outcome.WON
+        with sync_redis.Redis.from_url(own_server.url) as raw:
+            raw.script_flush()
+            assert await backend.heartbeat([lease], 60_000) == [True]  # pipelined EVALSHA
+            raw.script_flush()
+            assert await backend.finish(lease, Status.SUCCESS)  # a single EVALSHA
+
+
+async def test_unreachable_server_is_unavailable() -> None:
+    backend = RedisBackend(f"redis://127.0.0.1:{free_port()}/0?socket_connect_timeout=1")
+    with pytest.raises(BackendUnavailable):
+        await backend.open()
+    with pytest.raises(BackendError, match="not open"):
+        await backend.now_ms()
+
+
+async def test_bad_credentials_are_refused_not_retried() -> None:
+    url = shared_redis_url().replace("redis://", "redis://nobody:s3cret@", 1)
+    backend = RedisBackend(with_params(url, prefix=fresh_prefix()))
+    with pytest.raises(BackendError) as err:
+        await backend.open()
+    assert not isinstance(err.value, BackendUnavailable)  # waiting will not mend it
+    assert "s3cret" not in str(err.value) and "***" in str(err.value)
+    scheduler = Scheduler(with_params(url, prefix=fresh_prefix()))
+    scheduler.every("job", "1s", lambda ctx: None)
+    with pytest.raises(BackendError):
+        await scheduler.start()
+    assert not scheduler.running
+
+
+async def test_operations_keys() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened(url=url, prefix=prefix) as backend:
+        slot = await backend.trigger("job", "me")
+        base = f"{prefix}:{{job}}:"
+        with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
+            run = raw.hgetall(f"{base}run:{slot}")
+            assert (run["state"], run["origin"], run["requested_by"]) == ("pending", "manual", "me")
+            assert raw.smembers(f"{base}open") == {str(slot)}
+            assert raw.zcard(f"{base}slots") == 0  # no history record yet
+            await backend.set_paused("job", True)
+            assert raw.hget(f"{base}job", "paused") == "1"
+            assert await backend.paused_jobs() == {"job"}
+
+
+@pytest.mark.parametrize("strategy", CLAIM_ONLY)
+async def test_claim_only_strategies_keep_the_instance_registry(strategy: str) -> None:
+    async with opened(strategy) as backend:
+        info = InstanceInfo("a:1:000000", "a", 1, "0.1.0", 1, 0, {"job": {"schedule": "1s"}})
+        before = await backend.now_ms()
+        await backend.register(info, 60_000)
+        await backend.register(replace(info, instance_id="b:1:000000"), 1)
+        await asyncio.sleep(0.02)
+        (live,) = await backend.instances()
+        assert live == replace(info, last_seen=live.last_seen) and live.last_seen >= before
+        await backend.unregister("a:1:000000")
+        assert await backend.instances() == []
+
+
+async def test_script_strategy_pauses() -> None:
+    async with opened("script") as backend:
+        now = await backend.now_ms()
+        await backend.set_paused("job", True)
+        assert await backend.paused_jobs() == {"job"}
+        assert (await backend.claim(request(now))).outcome == Outcome.PAUSED
+        assert (await backend.claim(request(now))).outcome == Outcome.TAKEN
+        await backend.set_paused("job", False)
+        assert (await backend.claim(request(now + 1))).outcome == Outcome.WON
+        assert [(r.attempt, r.status) for r in await backend.history(HistoryQuery())] == [
+            (1, Status.CLAIMED),
+            (0, Status.PAUSED),
+        ]
+
+
+async def test_prune_works_in_batches() -> None:
+    async with opened() as backend:
+        now = await backend.now_ms()
+        leases = [Lease("job", now - 1000 * k, 1, f"t{k}") for k in range(1, 1200)]
+        for lease in leases:
+            assert (await backend.claim(request(lease.slot, token=lease.token))).outcome == "won"
+        await asyncio.gather(*(backend.finish(lease, Status.SUCCESS) for lease in leases))
+        assert await backend.prune(now) == len(leases) - 1  # the latest record stays
+        (kept,) = await backend.history(HistoryQuery())
+        assert kept.slot == now - 1000
+
+
+# -- odd names and prefixes ----------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["lease", *CLAIM_ONLY])
+async def test_odd_job_names_are_stored_safely(strategy: str) -> None:
+    async with opened(strategy) as backend:
+        now = await backend.now_ms()
+        for name in ODD_NAMES:
+            assert (await backend.claim(request(now, job=name, token=name))).outcome == "won"
+            assert (await backend.claim(request(now, job=name))).outcome == "taken"
+        for name in ODD_NAMES:
+            (record,) = await backend.history(HistoryQuery(job=name))
+            assert (record.job, record.slot) == (name, now)
+        everything = await backend.history(HistoryQuery())
+        assert sorted(r.job for r in everything) == sorted(ODD_NAMES)
+
+
+async def test_odd_prefix_is_stored_safely() -> None:
+    url = shared_redis_url()
+    prefix = "it's a \"test\" *%s:'; DROP TABLE x; --"
+    bystander = "it's a \"test\" *%s:'; DROP TABLE x; -- NOT"
+    async with opened(url=url, prefix=bystander) as other:
+        await other.claim(request(await other.now_ms()))
+        async with opened(url=url, prefix=prefix) as backend:
+            now = await backend.now_ms()
+            assert (await backend.claim(request(now))).outcome == Outcome.WON
+            assert [r.slot for r in await backend.history(HistoryQuery())] == [now]
+            assert keys_of(url, prefix) and all(
+                k.startswith(prefix + ":") for k in keys_of(url, prefix)
+            )
+        assert keys_of(url, prefix) == set()  # cleaned up, and the bystander untouched
+        assert len(await other.history(HistoryQuery())) == 1
+
+
+# -- claim-only strategies -------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", CLAIM_ONLY)
+async def test_claim_only_claims(strategy: str) -> None:
+    async with opened(strategy) as backend:
+        now = await backend.now_ms()
+        first = request(now - 1000)
+        won = await backend.claim(first)
+        assert (won.outcome, won.attempt) == (Outcome.WON, 1)
+        assert (await backend.claim(request(now - 1000))).outcome == Outcome.TAKEN
+        assert (await backend.claim(first)).outcome == Outcome.WON  # the same token: mine
+        assert (await backend.claim(request(now - 10_000, horizon_ms=5000))).outcome == "expired"
+        assert (await backend.claim(request(now + 10_000))).outcome == Outcome.EARLY
+        (record,) = await backend.history(HistoryQuery())
+        assert (record.slot, record.attempt, record.status) == (now - 1000, 1, Status.CLAIMED)
+        assert record.claimed_at is not None and abs(record.claimed_at - now) < 5000
+        assert await backend.history(HistoryQuery(status=Status.SUCCESS)) == []
+        lease = Lease("job", now - 1000, 1, first.token)
+        if strategy == "script":
+            assert not await backend.finish(Lease("job", now - 1000, 1, "stale"), Status.FAILED)
+            assert await backend.finish(lease, Status.SUCCESS)
+            assert await backend.finish(lease, Status.SUCCESS)
+            (record,) = await backend.history(HistoryQuery(status=Status.SUCCESS))
+            assert record.finished_at is not None
+        else:
+            with pytest.raises(CapabilityError, match="claim-only"):
+                await backend.finish(lease, Status.SUCCESS)
+        assert (await backend.claim(request(now))).outcome == Outcome.WON
+        assert await backend.prune(now + 1) == 1
+        assert [r.slot for r in await backend.history(HistoryQuery())] == [now]
+
+
+async def test_stream_id_refuses_a_slot_older_than_a_claimed_one() -> None:
+    async with opened("stream-id") as backend:
+        now = await backend.now_ms()
+        assert (await backend.claim(request(now))).outcome == Outcome.WON
+        assert (await backend.claim(request(now - 1000))).outcome == Outcome.TAKEN
+        assert [r.slot for r in await backend.history(HistoryQuery())] == [now]
+
+
+@pytest.mark.parametrize("strategy", ["lease", *CLAIM_ONLY])
+async def test_a_lost_claim_reply_is_recognised_on_repeat(
+    strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops after the claim was applied: the repeat must say WON."""
+    execute = Pipeline.execute
+    dropped: list[bool] = []
+
+    async def drop_reply(self: Pipeline, raise_on_error: bool = True) -> list[Any]:
+        await execute(self, raise_on_error)
+        dropped.append(True)
+        raise RedisConnectionError("connection lost (simulated)")
+
+    async with opened(strategy) as backend:
+        now = await backend.now_ms()
+        claim = request(now)
+        monkeypatch.setattr(Pipeline, "execute", drop_reply)  # a job's first claim pipelines
+        with pytest.raises(BackendUnavailable, match="simulated"):
+            await backend.claim(claim)
+        monkeypatch.setattr(Pipeline, "execute", execute)
+        assert dropped
+        assert (await backend.claim(request(now))).outcome == Outcome.TAKEN
+        again = await backend.claim(claim)
+        assert (again.outcome, again.attempt) == (Outcome.WON, 1)
+        assert len(await backend.history(HistoryQuery())) == 1
+
+
+async def test_idmp_is_refused_on_older_servers() -> None:
+    for url, server in ((shared_redis_url(), "Redis 7."), (valkey_url(), "Valkey 8.")):
+        with pytest.raises(CapabilityError) as err:
+            async with opened("idmp", url=url):
+                pass
+        message = str(err.value)
+        assert server in message and "Redis >= 8.6" in message
+        assert all(s in message for s in ("lease", "stream-id", "script"))
+
+
+async def test_idmp_refusal_surfaces_at_scheduler_start() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    scheduler = Scheduler(with_params(url, strategy="idmp", prefix=prefix))
+    scheduler.every("job", "1s", lambda ctx: None)
+    try:
+        with pytest.raises(CapabilityError, match=r"Redis >= 8\.6"):
+            await scheduler.start()
+    finally:
+        await scheduler.stop(grace_ms=0)
+        delete_prefix(url, prefix)
+
+
+# -- resilience: dropped connections and a restarted server ------------------------------------
+class Runs:
+    """Two instances of one job on one store; records every handler start."""
+
+    def __init__(self, url: str, interval_ms: int, **options: Any) -> None:
+        self.interval_ms = interval_ms
+        self.ran: list[tuple[int, str]] = []
+        self.schedulers = [
+            # The lease (3 s) outlives the outages below, so a run in flight keeps it and
+            # records its outcome once the store is back; a longer outage would end it
+            # interrupted by a backup (see docs/backends/redis.md).
+            Scheduler(url, instance_id=f"inst-{n}", heartbeat_ms=1000, **options)
+            for n in range(2)
+        ]
+        for scheduler in self.schedulers:
+            scheduler.every("tick", f"{interval_ms}ms", self.handler)
+
+    async def handler(self, ctx: RunContext) -> None:
+        self.ran.append((ctx.slot, ctx.instance_id))
+        await asyncio.sleep(0.02)
+
+    async def start(self) -> int:
+        for scheduler in self.schedulers:
+            await scheduler.start()
+        return wall_ms()
+
+    async def stop(self) -> None:
+        for scheduler in self.schedulers:
+            await scheduler.stop()
+
+    def check(self, started: int, until: int, skipped: Collection[int] = ()) -> list[int]:
+        """No slot ran twice and none in (started, until] was missed; the slots that ran.
+
+        ``skipped`` slots were recorded ``skipped`` (overlap) and need not have run.
+        """
+        counts = Counter(slot for slot, _ in self.ran)
+        assert not {s: n for s, n in counts.items() if n > 1}, "a slot ran twice"
+        assert not set(skipped) & set(counts), "a slot recorded skipped also ran"
+        first = started // self.interval_ms + 1
+        expected = [k * self.interval_ms for k in range(first, until // self.interval_ms + 1)]
+        assert len(expected) >= 5
+        missing = [s for s in expected if s not in counts and s not in skipped]
+        assert not missing, f"slots never ran: {missing}"
+        return sorted(counts)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def assert_recorded_once(records: list[Any], ran: list[int], strategy: str, *, before: int) -> None:
+    """Exactly one history record per slot that ran, with its outcome where stored.
+
+    Slots from ``before`` on are left out: a claim the stop cancels after the store
+    applied it stays recorded, unrun (claim-only) or for a backup to continue (lease).
+    """
+    records = [r for r in records if r.slot < before and r.status != Status.SKIPPED]
+    assert sorted(r.slot for r in records) == [slot for slot in ran if slot < before]
+    statuses = {r.status for r in records}
+    expected = {"lease": Status.SUCCESS, "script": Status.SUCCESS, "stream-id": Status.CLAIMED}
+    assert statuses == {expected[strategy]}
+
+
+@pytest.mark.parametrize("strategy", ["lease", *CLAIM_ONLY])
+async def test_client_kill_mid_run_loses_and_duplicates_nothing(
+    strategy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    name = f"anarchon-kill-{secrets.token_hex(4)}"
+    runs = Runs(with_params(url, strategy=strategy, prefix=prefix, client_name=name), 250)
+    killed = 0
+
+    async def killer() -> None:
+        nonlocal killed
+        with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
+            while True:
+                await asyncio.sleep(0.12)
+                for client in raw.client_list():
+                    if client["name"] == name:
+                        killed += raw.client_kill_filter(_id=client["id"])
+
+    caplog.set_level(logging.WARNING, logger="anarchon")
+    try:
+        started = await runs.start()
+        task = asyncio.ensure_future(killer())
+        await asyncio.sleep(3.0)
+        task.cancel()
+        until = wall_ms() - 400
+        await asyncio.sleep(0.3)
+        await runs.stop()
+        async with opened(strategy, url=url, prefix=prefix) as reader:
+            records = await reader.history(HistoryQuery(limit=1000))
+    finally:
+        await runs.stop()
+        delete_prefix(url, prefix)
+    assert killed >= 10
+    ran = runs.check(started, until, {r.slot for r in records if r.status == Status.SKIPPED})
+    assert_recorded_once(records, ran, strategy, before=until)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("strategy", ["lease", *CLAIM_ONLY])
+async def test_server_restart_mid_run_loses_and_duplicates_nothing(
+    strategy: str, own_server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = with_params(own_server.url, strategy=strategy, socket_connect_timeout="0.5")
+    runs = Runs(url, 300)
+    caplog.set_level(logging.WARNING, logger="anarchon")
+    try:
+        await runs.start()
+        await asyncio.sleep(1.5)
+        before = await runs.schedulers[0].backend.history(HistoryQuery(limit=1000))
+        await asyncio.to_thread(own_server.kill)  # a crash: nothing is flushed on the way out
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(own_server.start)  # same port and directory: replays the AOF
+        restarted = wall_ms()  # the servers run on this host: its clock is theirs
+        await asyncio.sleep(2.0)
+        until = wall_ms() - 300
+        await runs.stop()
+        records = await read_history(own_server.url, strategy)
+    finally:
+        await runs.stop()
+    assert before and {(r.slot, r.attempt) for r in before} <= {
+        (r.slot, r.attempt) for r in records
+    }, "a recorded run was lost in the restart"
+    counts = Counter(slot for slot, _ in runs.ran)
+    assert max(counts.values()) == 1, "a slot ran twice"
+    assert any(slot > restarted for slot in counts), "runs did not resume after the restart"
+    # A run whose finish failed in the outage keeps its live lease until the finish,
+    # retried with backoff, lands after the restart: slots due meanwhile are skipped
+    # (overlap), which is the protocol. A claim still backing off may miss one slot.
+    skipped = {r.slot for r in records if r.status == Status.SKIPPED}
+    runs.check(restarted + 300, restarted + 1800, skipped)
+    assert_recorded_once(records, sorted(counts), strategy, before=until)
+    assert any("retrying" in r.getMessage() for r in caplog.records)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def read_history(url: str, strategy: str) -> list[Any]:
+    backend = RedisBackend(url, strategy=strategy)
+    await backend.open()
+    try:
+        return await backend.history(HistoryQuery(limit=1000))
+    finally:
+        await backend.close()
