@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import socket
 import sys
 import time
 import traceback
@@ -26,7 +27,7 @@ from typing import TypeVar
 from . import __version__
 from ._cli_operations import add_operation_commands
 from ._format import history_table
-from .backend import Backend
+from .backend import Backend, InstanceInfo
 from .backends import DEFAULT_URL, backend_from_url, mask_url
 from .background import BackgroundScheduler
 from .durations import format_duration_ms, parse_duration_ms
@@ -175,7 +176,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="records of slots older than this, e.g. 7d, 12h, 30m",
     )
 
-    p = add("health", _cmd_health, "exit 0 if the store is reachable, else 1", [store])
+    p = add(
+        "health",
+        _cmd_health,
+        "exit 0 if the store is reachable (and, given MODULE:ATTR, an instance of that "
+        "scheduler on this host was seen within 3 heartbeats), else 1",
+        [store],
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        metavar="MODULE:ATTR",
+        help="also require a live instance of this Scheduler on this host: a liveness probe",
+    )
     p.add_argument(
         "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after (10)"
     )
@@ -476,13 +489,30 @@ def _cmd_prune(args: argparse.Namespace) -> int:
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    url = _backend_url(args)
+    scheduler = load_scheduler(args.target) if args.target else None
+    if scheduler is not None and not args.backend:
+        url = scheduler.backend.describe()
+        use_backend: Backend | None = scheduler.backend
+    else:
+        url, use_backend = _backend_url(args), None
     timeout: float = args.timeout
+
+    async def probe(backend: Backend) -> tuple[int, list[InstanceInfo]]:
+        now = await backend.now_ms()
+        return now, (await backend.instances() if scheduler is not None else [])
+
+    async def check() -> tuple[int, list[InstanceInfo]]:
+        if use_backend is None:
+            return await open_and(url, probe)
+        await use_backend.open()
+        try:
+            return await probe(use_backend)
+        finally:
+            await use_backend.close()
+
     sent = _now_ms()
     try:
-        store_now = asyncio.run(
-            asyncio.wait_for(open_and(url, lambda backend: backend.now_ms()), timeout)
-        )
+        store_now, live = asyncio.run(asyncio.wait_for(check(), timeout))
     except ConfigurationError:  # a bad URL is a usage error (exit 2), not "unhealthy"
         raise
     except TimeoutError:
@@ -495,6 +525,19 @@ def _cmd_health(args: argparse.Namespace) -> int:
         return 1
     skew = store_now - (sent + _now_ms()) // 2
     print(f"ok: {mask_url(url)} is reachable (store clock {iso_utc(store_now)}, skew {skew:+d} ms)")
+    if scheduler is None:
+        return 0
+    host, names = socket.gethostname(), {job.store_name for job in scheduler.jobs.values()}
+    recent = store_now - 3 * scheduler.heartbeat_ms
+    mine = [i for i in live if i.host == host and names <= i.jobs.keys() and i.last_seen >= recent]
+    if not mine:
+        print(
+            f"unhealthy: no instance of {args.target} on {host} was seen in the last "
+            f"{3 * scheduler.heartbeat_ms} ms (3 heartbeats)",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"ok: {', '.join(i.instance_id for i in mine)} alive on {host}")
     return 0
 
 

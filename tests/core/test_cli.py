@@ -400,7 +400,39 @@ def test_health_uses_env_backend_and_refuses_a_target(
     monkeypatch.setenv("ANARCHON_BACKEND", "sqlite:////proc/nope/env.db")
     assert main(["health"]) == 1
     assert "/proc/nope/env.db" in capsys.readouterr().err
-    assert main(["health", "myjobs:scheduler"]) == 2  # liveness comes with a later issue
+    assert main(["health", "nosuchmodule:scheduler"]) == 2
+
+
+PROBE_MODULE = """
+from anarchon_core import Scheduler
+
+scheduler = Scheduler("sqlite:///probe.sqlite3", heartbeat_ms=100)
+scheduler.every("hourly", "1h", lambda ctx: None)
+"""
+
+
+def test_health_is_a_liveness_probe_for_a_scheduler(tmp_path: Path) -> None:
+    (tmp_path / "probe.py").write_text(PROBE_MODULE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anarchon_core", "run", "probe:scheduler"],
+        cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: cli("health", "probe:scheduler", cwd=tmp_path).returncode == 0,
+            15,
+            "the instance to register",
+        )
+        proc.kill()
+        proc.wait()
+        time.sleep(0.5)  # > 3 heartbeats
+        dead = cli("health", "probe:scheduler", cwd=tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert dead.returncode == 1
+    assert "no instance of probe:scheduler" in dead.stderr and "3 heartbeats" in dead.stderr
 
 
 @pytest.mark.parametrize(
