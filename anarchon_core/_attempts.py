@@ -54,11 +54,17 @@ class Attempts:
         self.tasks: set[asyncio.Task[Any]] = set()
         self._lease = backend.capabilities.lease
 
-    def start(self, job: Job, lease: Lease, origin: Origin, jitter: int) -> asyncio.Task[Any]:
-        """Run a won attempt in a task of its own and return that task."""
+    def start(
+        self, job: Job, lease: Lease, origin: Origin, jitter: int, *, sent: float
+    ) -> asyncio.Task[Any]:
+        """Run a won attempt in a task of its own and return that task.
+
+        ``sent`` is when (``time.monotonic()``) the winning claim or takeover was sent:
+        the store started the lease no earlier, so self-fencing counts from there.
+        """
         ctx = self._context(job, lease.slot, lease.attempt, origin)
         ctx.jitter_ms = jitter
-        attempt = Attempt(job, lease, ctx, last_ack=time.monotonic())
+        attempt = Attempt(job, lease, ctx, last_ack=sent)
         if self._lease:
             self.held[(lease.job, lease.slot)] = attempt
             self._arm_self_fence(attempt)
@@ -219,10 +225,19 @@ class Attempts:
         self._signal(attempt, f"lease lost: {reason}")
 
     async def heartbeat_loop(self) -> None:
-        """Extend every held lease once per heartbeat period, in one batched call."""
-        period = self.config.heartbeat_ms / 1000
+        """Extend every held lease once per heartbeat period, in one batched call.
+
+        Sent at a fixed rate, and at least twice per self-fence window
+        (``lease_ms − heartbeat_ms``), so that a lease of twice the heartbeat still
+        gets an acknowledgement before its runner would fence itself.
+        """
+        config = self.config
+        period = min(config.heartbeat_ms, (config.lease_ms - config.heartbeat_ms) / 2) / 1000
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         while True:
-            await asyncio.sleep(period)
+            next_at = max(next_at + period, loop.time())
+            await asyncio.sleep(next_at - loop.time())
             held = [a for a in self.held.values() if not (a.done or a.lost)]
             if not held:
                 continue

@@ -17,7 +17,9 @@ import os
 import random
 import secrets
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ._attempts import Attempts
@@ -26,7 +28,7 @@ from .backend import Backend, Claim, ClaimRequest, DueRun, InstanceInfo, Lease, 
 from .errors import BackendUnavailable, CapabilityError
 from .job import MAX_CATCH_UP_SLOTS, MAX_MISFIRE_GRACE_MS, Job
 from .operations import fingerprint_mismatches
-from .records import Origin, Outcome
+from .records import TERMINAL_STATUSES, HistoryQuery, Origin, Outcome
 from .schedules import Schedule
 
 __all__ = ["Engine", "EngineConfig"]
@@ -40,6 +42,8 @@ HORIZON_MARGIN_MS = 1000
 SKEW_SAMPLE_MAX_RTT_MS = 100
 #: Compare the live instances' job fingerprints every this many registry refreshes.
 MISMATCH_CHECK_PERIODS = 30
+#: A change of the measured skew by this much is logged again.
+SKEW_LOG_STEP_MS = 1000
 #: How often stop() re-cancels a task that has not ended.
 DRAIN_RECANCEL_S = 1.0
 #: How long stop() waits to leave the registry.
@@ -63,7 +67,10 @@ class Engine:
         self._loops: set[asyncio.Future[Any]] = set()
         self._heartbeat: asyncio.Future[Any] | None = None
         self._started_at = config.clock()
+        #: Set when the store turned out unusable after a background start (not an outage).
+        self.failed: BaseException | None = None
         self._reported_mismatches: set[str] = set()
+        self._logged_skew: int | None = None
 
     # -- life cycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -83,7 +90,32 @@ class Engine:
         self._start_loops()
 
     async def _open_then_run(self) -> None:
-        await self._retry(self.backend.open, what="open")
+        """Retry an unreachable store until it answers; any other failure is final."""
+        delay = 0.05
+        while True:
+            try:
+                await self.backend.open()
+                break
+            except BackendUnavailable as exc:
+                self.stats["store_errors"] += 1
+                self.log.warn(
+                    None, None, None, "store unavailable, retrying in %.2fs: %s", delay, exc
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except Exception as exc:
+                self.config.logger.error(
+                    "anarchon cannot use its store and claims nothing: %s",
+                    exc,
+                    extra={
+                        "job": None,
+                        "slot": None,
+                        "attempt": None,
+                        "instance": self.config.instance_id,
+                    },
+                )
+                self.failed = exc
+                return
         self._start_loops()
 
     def _start_loops(self) -> None:
@@ -94,7 +126,7 @@ class Engine:
         if self._lease:
             self._heartbeat = self._spawn(self.attempts.heartbeat_loop())
             self._spawn(self._sweep_loop())
-            self._spawn(self._registry_loop())
+        self._spawn(self._registry_loop())  # ends at once on a store without a registry
         self._spawn(self._prune_loop())
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:
@@ -119,7 +151,7 @@ class Engine:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         await self._drain({*self._loops, *self.attempts.tasks})
-        if self._lease:
+        if self.failed is None:
             try:
                 async with asyncio.timeout(REGISTRY_STOP_TIMEOUT_S):
                     await self.backend.unregister(self.config.instance_id)
@@ -146,6 +178,13 @@ class Engine:
     def now(self) -> int:
         return self.config.clock()
 
+    def _observe_skew(self, sample: int) -> None:
+        """Keep the latest skew (store − local); log it at first and when it moves by 1 s."""
+        if self._logged_skew is None or abs(sample - self._logged_skew) >= SKEW_LOG_STEP_MS:
+            self.log.info(None, None, None, "store clock skew %+d ms (store − local)", sample)
+            self._logged_skew = sample
+        self.skew_ms = sample
+
     async def _sleep_until(self, target_ms: int) -> None:
         delay = target_ms - self.now()
         if delay > 0:
@@ -166,23 +205,41 @@ class Engine:
             slot = job.schedule.next_slot(slot)
 
     async def _catch_up(self, job: Job) -> None:
-        """Claim, in order and one at a time, the slots missed since the last recorded run."""
+        """Claim, in slot order and one at a time, the slots missed since the last record.
+
+        "One at a time" holds across the cluster: before claiming the next slot, wait
+        until the previous catch-up run has ended, whichever instance won it. Catch-up
+        runs are exempt from skipping each other.
+        """
         last = await self._retry(
             lambda: self.backend.last_scheduled_slot(job.store_name), what="catch-up read"
         )
         if last is None:
             return
         now = self.now()
-        missed = latest_slots(job.schedule, max(last, now - job.options.catch_up_window_ms), now)
+        window = job.options.catch_up_window_ms
+        missed = latest_slots(job.schedule, max(last, now - window), now)
         if job.options.catch_up == "latest":
             missed = missed[-1:]
         if missed:
             self.log.info(job, None, None, "catching up %d missed slot(s)", len(missed))
-        window = job.options.catch_up_window_ms
+            # The last recorded run may itself be a catch-up run another instance is in.
+            await self._await_end(job, last, deadline=last + window)
         for slot in missed:
             run = await self._claim(job, slot, Origin.CATCH_UP, window, 0, skip_overlap=False)
             if run is not None:
                 await asyncio.wait({run})
+            else:
+                await self._await_end(job, slot, deadline=slot + window)
+
+    async def _await_end(self, job: Job, slot: int, *, deadline: int) -> None:
+        """Poll the history, once per heartbeat, until the run of ``slot`` has ended."""
+        query = HistoryQuery(job=job.store_name, since=slot, until=slot + 1, limit=1)
+        while self.now() < deadline:
+            records = await self._retry(lambda: self.backend.history(query), what="catch-up wait")
+            if not records or records[0].status in TERMINAL_STATUSES:
+                return  # nothing recorded (expired or early) or ended
+            await asyncio.sleep(self.config.heartbeat_ms / 1000)
 
     async def _claim(
         self,
@@ -211,14 +268,14 @@ class Engine:
             answer = await self._retry(
                 lambda: self._timed_claim(request), what="claim", deadline=slot + horizon
             )
-            claim = answer or Claim(Outcome.EXPIRED)
+            claim, sent = answer or (Claim(Outcome.EXPIRED), 0.0)
             self.stats[f"claim_{claim.outcome}"] += 1
             if claim.outcome != Outcome.EARLY:
                 break
             await asyncio.sleep(max(slot - (claim.store_now or slot), 10) / 1000)
         if claim.outcome == Outcome.WON:
             return self.attempts.start(
-                job, Lease(job.store_name, slot, claim.attempt, token), origin, jitter
+                job, Lease(job.store_name, slot, claim.attempt, token), origin, jitter, sent=sent
             )
         if claim.outcome in (Outcome.SKIPPED, Outcome.PAUSED):
             self.log.info(job, slot, None, "slot %s", claim.outcome)
@@ -226,13 +283,13 @@ class Engine:
             self.log.warn(job, slot, None, "slot abandoned: claimed past its horizon")
         return None
 
-    async def _timed_claim(self, request: ClaimRequest) -> Claim:
+    async def _timed_claim(self, request: ClaimRequest) -> tuple[Claim, float]:
         """One claim, also sampling the skew (store − local) when the round trip was short.
 
         A slow answer (a pool wait, a reconnect) says nothing about the clocks: its
         midpoint could be seconds off, so such samples are dropped.
         """
-        sent = self.now()
+        sent, sent_mono = self.now(), time.monotonic()
         claim = await self.backend.claim(request)
         received = self.now()
         if (
@@ -240,8 +297,8 @@ class Engine:
             and self.backend.capabilities.store_clock
             and received - sent <= SKEW_SAMPLE_MAX_RTT_MS
         ):
-            self.skew_ms = claim.store_now - (sent + received) // 2
-        return claim
+            self._observe_skew(claim.store_now - (sent + received) // 2)
+        return claim, sent_mono
 
     # -- backups -------------------------------------------------------------------
     async def _sweep_loop(self) -> None:
@@ -279,17 +336,19 @@ class Engine:
             max_attempts=job.options.max_attempts,
             skip_overlap=job.options.overlap == "skip",
         )
-        try:
-            claim = await self.backend.take_over(request)
-        except Exception as exc:
-            self.stats["store_errors"] += 1
-            self.log.warn(job, run.slot, run.attempt + 1, "takeover failed: %s", exc)
+        sent = time.monotonic()
+        # Repeated with the same token after an ambiguous failure, it answers WON again.
+        answer = await self._retry(
+            lambda: self.backend.take_over(request), what="takeover", deadline=run.slot + horizon
+        )
+        if answer is None:
             return
+        claim = answer
         self.stats[f"takeover_{claim.outcome}"] += 1
         if claim.outcome == Outcome.WON:
             self.log.info(job, run.slot, claim.attempt, "took over the run (%s)", run.reason)
             lease = Lease(run.job, run.slot, claim.attempt, token)
-            self.attempts.start(job, lease, run.origin, 0)
+            self.attempts.start(job, lease, run.origin, 0, sent=sent)
         elif claim.outcome in (Outcome.EXHAUSTED, Outcome.EXPIRED):
             why = "max_attempts reached" if claim.outcome == Outcome.EXHAUSTED else "too late"
             self.log.warn(job, run.slot, run.attempt, "run ended interrupted: %s", why)
@@ -313,7 +372,9 @@ class Engine:
         periods = 0
         while True:
             try:
-                await self.backend.register(info, self.config.lease_ms)
+                await self.backend.register(
+                    replace(info, skew_ms=self.skew_ms), self.config.lease_ms
+                )
                 if periods % MISMATCH_CHECK_PERIODS == 0:
                     await self._check_fingerprints()
             except CapabilityError as exc:  # a store without a registry: nothing to refresh
@@ -345,9 +406,14 @@ class Engine:
 
     async def _prune_loop(self) -> None:
         await asyncio.sleep(random.uniform(10, 60))
+        # A run record must outlive every horizon it can still be claimed within.
         keep = max(
             [self.config.history_retention_ms]
-            + [j.options.catch_up_window_ms + MAX_MISFIRE_GRACE_MS for j in self.jobs.values()]
+            + [
+                max(j.options.catch_up_window_ms, j.options.misfire_grace_ms or 0)
+                + MAX_MISFIRE_GRACE_MS
+                for j in self.jobs.values()
+            ]
         )
         while True:
             try:

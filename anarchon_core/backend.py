@@ -45,7 +45,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 #: Named in the error a claim-only backend gives for a lease-only feature.
-LEASE_BACKENDS = "sqlite://, postgresql://, redis://?strategy=lease, django://"
+LEASE_BACKENDS = "sqlite://, postgresql://, redis://?strategy=lease"
 
 #: Largest ``error`` text kept in history, in characters.
 MAX_ERROR_CHARS = 2000
@@ -152,8 +152,11 @@ class InstanceInfo:
     started_at: int
     last_seen: int
     jobs: dict[str, dict[str, Any]]
+    skew_ms: int = 0
+    """The instance's last measured clock skew, store − local (SPEC §8)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON shape kept in stores and shown by the CLI and the API."""
         return {
             "instance_id": self.instance_id,
             "host": self.host,
@@ -162,10 +165,12 @@ class InstanceInfo:
             "started_at": self.started_at,
             "last_seen": self.last_seen,
             "jobs": self.jobs,
+            "skew_ms": self.skew_ms,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> InstanceInfo:
+        """Read :meth:`to_json`'s shape back (``skew_ms`` may be missing: older writers)."""
         return cls(
             instance_id=str(data["instance_id"]),
             host=str(data["host"]),
@@ -174,6 +179,7 @@ class InstanceInfo:
             started_at=int(data["started_at"]),
             last_seen=int(data["last_seen"]),
             jobs=dict(data["jobs"]),
+            skew_ms=int(data.get("skew_ms", 0)),
         )
 
 

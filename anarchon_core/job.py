@@ -26,6 +26,8 @@ Handler: TypeAlias = Callable[[RunContext], Awaitable[Any] | Any]
 
 #: The misfire grace (claim horizon) is the gap to the next slot, at most this.
 MAX_MISFIRE_GRACE_MS = 3_600_000
+#: The longest claim horizon (misfire grace or catch-up window) a job may have.
+MAX_HORIZON_MS = 7 * 86_400_000
 #: Catch-up never handles more slots than this, whatever the window.
 MAX_CATCH_UP_SLOTS = 1000
 
@@ -58,16 +60,21 @@ def _validate(key: str, value: Any, owner: str) -> Any:
     where = f"{owner}: option {key}"
     if key in ("jitter_ms", "retries", "retry_backoff_ms"):
         return _int(value, where, minimum=0)
-    if key == "max_attempts":
-        return _int(value, where, minimum=1)
-    if key in ("timeout_ms", "misfire_grace_ms"):
+    if key == "max_attempts":  # the fence is slot × 1024 + attempt
+        return _int(value, where, minimum=1, maximum=1023)
+    if key == "timeout_ms":
         return None if value is None else _int(value, where, minimum=1)
+    if key == "misfire_grace_ms":  # run records must outlive it: keep it bounded
+        return None if value is None else _int(value, where, minimum=1, maximum=MAX_HORIZON_MS)
     if key == "catch_up":
         return _choice(value, CATCH_UP_POLICIES, where)
     if key == "overlap":
         return _choice(value, OVERLAP_POLICIES, where)
     if key == "catch_up_window":
-        return parse_duration_ms(value, what=where)
+        window = parse_duration_ms(value, what=where)
+        if window > MAX_HORIZON_MS:
+            raise ConfigurationError(f"{where} = {value!r} is not valid: at most 7d")
+        return window
     accepted = ", ".join(sorted(JOB_OPTIONS))
     raise ConfigurationError(f"{owner}: unknown option {key!r}; accepted options: {accepted}")
 
@@ -81,10 +88,16 @@ def validate_option_keys(options: Mapping[str, Any], owner: str) -> dict[str, An
     return out
 
 
-def _int(value: Any, where: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _int(value: Any, where: str, *, minimum: int, maximum: int | None = None) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
         raise ConfigurationError(
-            f"{where} = {value!r} is not valid: give an integer >= {minimum} (milliseconds "
+            f"{where} = {value!r} is not valid: give an integer {bound} (milliseconds "
             f"for *_ms options)"
         )
     return value

@@ -11,7 +11,7 @@ define.
 from __future__ import annotations
 
 from .backend import Backend, InstanceInfo
-from .errors import AnarchonError
+from .errors import AnarchonError, ConfigurationError
 from .names import validate_job_name
 
 __all__ = ["NoLiveInstanceError", "cancel", "instances", "pause", "resume", "trigger"]
@@ -49,6 +49,8 @@ async def trigger(backend: Backend, job: str, *, requested_by: str) -> int:
 
 async def cancel(backend: Backend, job: str, slot: int) -> bool:
     """Cancel a pending, running or waiting run; ``False`` if it does not exist or ended."""
+    if isinstance(slot, bool) or not isinstance(slot, int):
+        raise ConfigurationError(f"slot {slot!r} is not valid: give the run's slot in epoch ms")
     return await backend.cancel(validate_job_name(job), slot)
 
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar, overload
 
 from . import operations
 from ._engine import Engine, EngineConfig
-from .backend import Backend, InstanceInfo
+from .backend import LEASE_BACKENDS, Backend, InstanceInfo
 from .backends import DEFAULT_URL, backend_from_url
 from .durations import parse_duration_ms
 from .errors import CapabilityError, ConfigurationError, SchedulerStateError
@@ -253,6 +253,11 @@ class Scheduler:
         return self._engine is not None
 
     @property
+    def skew_ms(self) -> int:
+        """The last measured clock skew, store − local, in ms (0 before the first claim)."""
+        return self._engine.skew_ms if self._engine else 0
+
+    @property
     def stats(self) -> Mapping[str, int]:
         """Counters of this instance since start (claims by outcome, runs by status…)."""
         return dict(self._engine.stats) if self._engine else {}
@@ -345,8 +350,7 @@ class Scheduler:
                     f"which need a lease backend; the {self.backend.name} backend "
                     f"({self.backend.describe()}) is claim-only and "
                     f"retries only inside the winning process (max_attempts <= 1 + retries = "
-                    f"{1 + options.retries}), or use a lease backend: sqlite://, postgresql://, "
-                    f"redis://?strategy=lease"
+                    f"{1 + options.retries}), or use a lease backend: {LEASE_BACKENDS}"
                 )
             for option, allowed in LEASE_ONLY_OPTIONS.items():
                 value = getattr(job.options, option)
@@ -354,9 +358,14 @@ class Scheduler:
                     raise CapabilityError(
                         f"job {job.name!r}: {option}={value!r} needs a lease backend; the "
                         f"{self.backend.name} backend ({self.backend.describe()}) is claim-only "
-                        f"(use {allowed!r} or a lease "
-                        f"backend: sqlite://, postgresql://, redis://?strategy=lease)"
+                        f"(use {allowed!r} or a lease backend: {LEASE_BACKENDS})"
                     )
+            if "catch_up_window_ms" in job.explicit:
+                raise CapabilityError(
+                    f"job {job.name!r}: catch_up_window is for catch-up, which needs a lease "
+                    f"backend; the {self.backend.name} backend ({self.backend.describe()}) is "
+                    f"claim-only (use a lease backend: {LEASE_BACKENDS})"
+                )
 
     # -- operations and reading ----------------------------------------------------
     # Every one acts on the shared store, so it works from any instance, running or not.
@@ -400,9 +409,8 @@ class Scheduler:
     ) -> list[RunRecord]:
         """Recent history records from the store, newest first."""
         name = None if job is None else self._stored(job)
-        query = HistoryQuery(
-            job=name, status=None if status is None else Status(status), limit=limit
-        )
+        wanted = None if status is None else _status(status)
+        query = HistoryQuery(job=name, status=wanted, limit=limit)
         return await self._with_store(lambda backend: backend.history(query))
 
     def _stored(self, job: str) -> str:
@@ -420,6 +428,14 @@ class Scheduler:
 
 def _placeholder_handler(ctx: Any) -> None:
     """Stands in for the decorated function while its options are validated."""
+
+
+def _status(value: str) -> Status:
+    try:
+        return Status(value)
+    except ValueError:
+        words = ", ".join(s.value for s in Status)
+        raise ConfigurationError(f"status {value!r} is not valid: use one of {words}") from None
 
 
 def _instance_id(value: object) -> str | None:

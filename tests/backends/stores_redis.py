@@ -51,8 +51,8 @@ async def _valkey_backend(tmp_path: Path) -> AsyncIterator[Backend]:
 
 
 @contextmanager
-def _url(strategy: str) -> Iterator[str]:
-    url = shared_redis_url()
+def _url(strategy: str, server: str | None = None) -> Iterator[str]:
+    url = server or shared_redis_url()
     prefix = fresh_prefix()
     try:
         yield with_params(url, strategy=strategy, prefix=prefix)
@@ -64,6 +64,14 @@ def _url(strategy: str) -> Iterator[str]:
 @contextmanager
 def _redis_lease_url(tmp_path: Path) -> Iterator[str]:
     with _url("lease") as url:
+        yield url
+
+
+@registry.lease_url_factory("valkey")
+@contextmanager
+def _valkey_lease_url(tmp_path: Path) -> Iterator[str]:
+    """The multi-process suites against a real Valkey too (SPEC §8: "works with Valkey")."""
+    with _url("lease", valkey_url()) as url:
         yield url
 
 

@@ -33,6 +33,7 @@ from redis_servers import (
     valkey_url,
     with_params,
 )
+from services import service_unreachable
 
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease
@@ -112,7 +113,7 @@ def own_server(tmp_path: Path) -> Iterator[Server]:
     """A throwaway server with AOF (``appendfsync always``) on its own port and directory."""
     binary = redis_binary()
     if binary is None:
-        pytest.skip("no redis-server or valkey-server binary to start a throwaway server")
+        service_unreachable("a throwaway Redis", "no redis-server or valkey-server binary")
     server = Server(binary, tmp_path / "redis", appendonly=True).start()
     try:
         yield server

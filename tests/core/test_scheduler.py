@@ -513,3 +513,39 @@ def test_history_reads_after_stop(tmp_path: Any) -> None:
         return await s.history(job="tick")
 
     assert run(main())
+
+
+def test_bad_operation_and_read_arguments() -> None:
+    async def main() -> None:
+        s = Scheduler(MemoryBackend(), **FAST)
+        with pytest.raises(ConfigurationError, match="status 'bogus' is not valid: use one of"):
+            await s.history(status="bogus")
+        with pytest.raises(ConfigurationError, match="slot 'x' is not valid"):
+            await s.cancel("job", "x")  # type: ignore[arg-type]
+
+    run(main())
+    with pytest.raises(ConfigurationError, match="between 1 and 1023"):
+        Scheduler(MemoryBackend(), max_attempts=1024)
+    with pytest.raises(ConfigurationError, match="misfire_grace_ms"):
+        Scheduler(MemoryBackend(), misfire_grace_ms=8 * 86_400_000)
+    with pytest.raises(ConfigurationError, match="at most 7d"):
+        Scheduler(MemoryBackend(), catch_up_window="8d")
+
+
+def test_short_lease_does_not_fence_a_healthy_runner() -> None:
+    """lease_ms = 2 × heartbeat_ms is allowed, so it must work: no self-fencing."""
+    backend = MemoryBackend()
+
+    async def main() -> None:
+        s = Scheduler(backend, instance_id="solo", heartbeat_ms=100, lease_ms=200, jitter_ms=0)
+
+        @s.every("long", "2s")
+        async def long(ctx: RunContext) -> None:
+            await asyncio.sleep(0.8)
+
+        await s.start()
+        await wait_for(lambda: _has(backend, "long", 1, Status.SUCCESS), timeout=5)
+        await s.stop()
+
+    run(main())
+    assert [r.attempt for r in run(records(backend, "long"))] == [1]

@@ -44,8 +44,8 @@ def test_pause_from_another_process_stops_every_instance(lease_url: str, tmp_pat
         cli("pause", "tick", "--backend", lease_url)
         paused_at = time.time()
         time.sleep(1.5)
+        resumed_at = time.time()  # before the command: it may take effect before it returns
         cli("resume", "tick", "--backend", lease_url)
-        resumed_at = time.time()
         c.wait_for(lambda ev: [e for e in starts(ev) if e["t"] > resumed_at], 5, "runs again")
         c.stop_all()
         events = c.events()
@@ -78,11 +78,12 @@ print(asyncio.run(press(sys.argv[1], float(sys.argv[2]))))
 def test_trigger_pressed_three_times_at_once_runs_once(lease_url: str, tmp_path: Path) -> None:
     """Three processes press "run now" at once: one request, run exactly once.
 
-    A first manual run is kept running while the three presses land, so the request they
-    make cannot start (one live run per job) and every press must find the same pending
-    request, whatever the timing of the instances' sweeps.
+    A first manual run is kept running (until the test creates a file) while the three
+    presses land, so the request they make cannot start (one live run per job) and every
+    press must find the same pending request, whatever the timing of the sweeps.
     """
-    jobs = [{"name": "report", "every": "1h", "sleep_s": 1.5}]
+    gate = tmp_path / "release"
+    jobs = [{"name": "report", "every": "1h", "sleep_s": 0.2, "wait_for_file": str(gate)}]
     with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, jitter_ms=0) as c:
         c.start_all(3)
         time.sleep(2 * HB / 1000)  # every instance has registered
@@ -103,6 +104,7 @@ def test_trigger_pressed_three_times_at_once_runs_once(lease_url: str, tmp_path:
         outputs = [p.communicate(timeout=30) for p in presses]
         assert all(p.returncode == 0 for p in presses), outputs
         requests = {int(out) for out, _ in outputs}
+        gate.touch()
         c.wait_for(lambda ev: len([e for e in ev if e["e"] == "end"]) >= 2, 8, "both runs")
         time.sleep(3 * HB / 1000)
         c.stop_all()

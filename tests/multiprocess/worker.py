@@ -32,6 +32,7 @@ def make_handler(events: str, spec: dict[str, Any]) -> Any:
     sleep_s = float(spec.get("sleep_s", 0))
     cpu_s = float(spec.get("cpu_s", 0))
     stubborn_s = float(spec.get("stubborn_s", 0))  # sleeps ignoring the cancellation signal
+    gate = spec.get("wait_for_file")  # the first run waits until this file exists
 
     def record(ctx: RunContext, what: str, **extra: Any) -> None:
         emit(
@@ -62,6 +63,8 @@ def make_handler(events: str, spec: dict[str, Any]) -> Any:
             while time.monotonic() < deadline:  # pure-Python CPU work, holding the GIL
                 n += sum(i * i for i in range(2000))
         time.sleep(stubborn_s)
+        while gate and not os.path.exists(gate) and not ctx.cancelled:
+            ctx.wait(0.02)
         cancelled = ctx.wait(sleep_s) if sleep_s else False
         record(ctx, "end", cancelled=ctx.cancel_reason if cancelled else None)
 
