@@ -51,6 +51,7 @@ from ._postgres_sql import (
     Statements,
     identifier,
 )
+from ._sql import history_filter
 
 __all__ = ["PostgresBackend"]
 
@@ -392,22 +393,10 @@ class PostgresBackend(Backend):
         return None if not rows else int(rows[0][0])
 
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
-        where: list[str] = []
-        params: list[object] = []
-        for clause, value in (
-            ("job = %s", query.job),
-            ("status = %s", None if query.status is None else str(query.status)),
-            ("slot >= %s", query.since),
-            ("slot < %s", query.until),
-        ):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        text = self.sql.history
-        if where:
-            text += " WHERE " + " AND ".join(where)
+        where, params = history_filter(query, "%s")
         params.append(max(query.limit, 0))
-        return [_record(row) for row in await self._rows(text + self.sql.history_order, params)]
+        text = self.sql.history + where + self.sql.history_order
+        return [_record(row) for row in await self._rows(text, params)]
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete in batches of ``prune_batch`` records, each its own short transaction."""

@@ -44,6 +44,7 @@ from ..errors import BackendError, BackendUnavailable, ConfigurationError, Schem
 from ..records import HistoryQuery, Origin, RunRecord, Status
 from . import _sqlite_decisions as decisions
 from . import _sqlite_sql as sql
+from ._sql import history_filter
 from ._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
 from .memory import instance_json, wall_clock_ms
 
@@ -300,21 +301,8 @@ class SqliteBackend(Backend):
 
     # -- history -----------------------------------------------------------------
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
-        where: list[str] = []
-        params: list[object] = []
-        for clause, value in (
-            ("job = ?", query.job),
-            ("status = ?", None if query.status is None else str(query.status)),
-            ("slot >= ?", query.since),
-            ("slot < ?", query.until),
-        ):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        text = sql.HISTORY_COLUMNS
-        if where:
-            text += " WHERE " + " AND ".join(where)
-        text += sql.HISTORY_ORDER
+        where, params = history_filter(query, "?")
+        text = sql.HISTORY_COLUMNS + where + sql.HISTORY_ORDER
         params.append(max(query.limit, 0))
 
         def read(conn: sqlite3.Connection) -> list[RunRecord]:
