@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .backend import wall_clock_ms
 from .errors import SchemaVersionError
 from .job import Job
 
-__all__ = ["EngineConfig", "EngineLog", "retry_store", "wall_ms"]
+__all__ = ["EngineConfig", "EngineLog", "retry_store"]
 
 T = TypeVar("T")
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -29,7 +25,7 @@ class EngineConfig:
     lease_ms: int
     history_retention_ms: int
     logger: logging.Logger
-    clock: Callable[[], int] = wall_ms
+    clock: Callable[[], int] = wall_clock_ms
     stats: Counter[str] = field(default_factory=Counter)
 
 

@@ -20,16 +20,22 @@ Backends convert driver errors to :class:`~anarchon_core.errors.BackendUnavailab
 
 from __future__ import annotations
 
+import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import CapabilityError
+from .errors import CapabilityError, ConfigurationError
 from .records import HistoryQuery, Origin, Outcome, RunRecord, Status
 
 __all__ = [
+    "EARLY_TOLERANCE_MS",
     "LEASE_BACKENDS",
+    "MAX_ERROR_CHARS",
+    "NOT_STARTED",
+    "PENDING",
     "SCHEMA_VERSION",
     "Backend",
     "Capabilities",
@@ -39,6 +45,9 @@ __all__ = [
     "InstanceInfo",
     "Lease",
     "TakeoverRequest",
+    "bound_error",
+    "instance_json",
+    "wall_clock_ms",
 ]
 
 #: The layout version every store records; a store holding a newer one is refused.
@@ -49,6 +58,17 @@ LEASE_BACKENDS = "sqlite://, postgresql://, redis://?strategy=lease"
 
 #: Largest ``error`` text kept in history, in characters.
 MAX_ERROR_CHARS = 2000
+#: A claim for a slot later than the store's now plus this is answered ``EARLY``.
+EARLY_TOLERANCE_MS = 1000
+#: The run state of a manual request that no instance has started yet (not a status).
+PENDING = "pending"
+#: The error of the attempt-0 record of a manual request that expired before it started.
+NOT_STARTED = "not started within the claim horizon"
+
+
+def wall_clock_ms() -> int:
+    """The local wall clock in epoch ms: the store clock of stores that have none."""
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,3 +391,13 @@ def bound_error(text: str | None) -> str | None:
     if text is None or len(text) <= MAX_ERROR_CHARS:
         return text
     return text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def instance_json(info: InstanceInfo) -> str:
+    """``info`` as the JSON text a registry keeps; non-JSON job specs are refused."""
+    try:
+        return json.dumps(info.to_json(), separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"instance {info.instance_id!r}: its job specs are not JSON values ({exc})"
+        ) from exc

@@ -27,7 +27,7 @@ from typing import TypeVar
 from . import __version__
 from ._cli_operations import add_operation_commands
 from ._format import history_table
-from .backend import Backend, InstanceInfo
+from .backend import Backend, InstanceInfo, wall_clock_ms
 from .backends import DEFAULT_URL, backend_from_url, mask_url
 from .background import BackgroundScheduler
 from .durations import format_duration_ms, parse_duration_ms
@@ -232,7 +232,7 @@ def parse_time_ms(text: str) -> int:
             )
         return value
     if re.fullmatch(r"(?:[0-9]+(?:ms|d|h|m|s))+", text):
-        return _now_ms() - parse_duration_ms(text, what="time")
+        return wall_clock_ms() - parse_duration_ms(text, what="time")
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -333,10 +333,6 @@ def _backend_url(args: argparse.Namespace) -> str:
     return url or os.environ.get("ANARCHON_BACKEND") or DEFAULT_URL
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 async def open_and(url: str, use: Callable[[Backend], Awaitable[T]]) -> T:
     """Build the store of ``url``, open it, run ``use`` on it and close it again."""
     backend = backend_from_url(url)
@@ -410,7 +406,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     scheduler = load_scheduler(args.target)
     url = args.backend or None
     backend = mask_url(url) if url else scheduler.backend.describe()
-    now = _now_ms()
+    now = wall_clock_ms()
     if args.json:
         for job in scheduler.jobs.values():
             slots = _next_slots(job.schedule.next_slot, now, args.count)
@@ -510,7 +506,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
         finally:
             await use_backend.close()
 
-    sent = _now_ms()
+    sent = wall_clock_ms()
     try:
         store_now, live = asyncio.run(asyncio.wait_for(check(), timeout))
     except ConfigurationError:  # a bad URL is a usage error (exit 2), not "unhealthy"
@@ -523,7 +519,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
             traceback.print_exc()
         print(f"unhealthy: {store_failure(url, exc)}", file=sys.stderr)
         return 1
-    skew = store_now - (sent + _now_ms()) // 2
+    skew = store_now - (sent + wall_clock_ms()) // 2
     print(f"ok: {mask_url(url)} is reachable (store clock {iso_utc(store_now)}, skew {skew:+d} ms)")
     if scheduler is None:
         return 0

@@ -29,10 +29,10 @@ import re
 
 from psycopg import sql
 
+from ..backend import EARLY_TOLERANCE_MS, NOT_STARTED, PENDING
 from ..errors import ConfigurationError
 from ..records import TERMINAL_STATUSES
 from . import _postgres_ops as ops
-from .memory import EARLY_TOLERANCE_MS, NOT_STARTED, PENDING
 
 __all__ = ["TERMINAL", "WAITING", "Statements", "identifier"]
 

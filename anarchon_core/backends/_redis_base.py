@@ -34,7 +34,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..backend import SCHEMA_VERSION, Backend, InstanceInfo
+from ..backend import SCHEMA_VERSION, Backend, InstanceInfo, instance_json
 from ..errors import (
     BackendError,
     BackendUnavailable,
@@ -44,7 +44,6 @@ from ..errors import (
 )
 from ._redis_lua import INSTANCES, REGISTER, LuaScript
 from ._redis_url import DEFAULT_URL, parse_url
-from .memory import instance_json
 
 __all__ = ["Call", "RedisBackend", "command", "execute", "queue", "server_version"]
 

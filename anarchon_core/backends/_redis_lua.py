@@ -22,8 +22,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from ..backend import EARLY_TOLERANCE_MS, NOT_STARTED
 from ..records import TERMINAL_STATUSES
-from .memory import EARLY_TOLERANCE_MS, NOT_STARTED
 
 __all__ = [
     "CANCEL",

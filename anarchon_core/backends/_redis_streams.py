@@ -20,20 +20,18 @@ write for a rival's.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ..backend import Capabilities, Claim, ClaimRequest
+from ..backend import EARLY_TOLERANCE_MS, Capabilities, Claim, ClaimRequest, wall_clock_ms
 from ..errors import CapabilityError
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
 from . import _redis_lua as lua
 from ._redis_base import RedisBackend, command, execute, queue
 from ._redis_url import DEFAULT_URL
-from .memory import EARLY_TOLERANCE_MS
 
 __all__ = ["IDMP_PRODUCER", "RedisIdmpBackend", "RedisStreamIdBackend", "idmp_xadd_command"]
 
@@ -66,18 +64,18 @@ class _StreamBackend(RedisBackend):
         self._sent: dict[str, None] = {}  # recent claim tokens, oldest first
 
     async def _opened(self, client: Redis) -> None:
-        sent = _local_ms()
+        sent = wall_clock_ms()
         self._observe(await command(client, "TIME"), sent)
 
     def _observe(self, reply: Sequence[Any], sent_ms: int) -> int:
         """The store's now from a ``TIME`` reply; updates the skew estimate."""
         seconds, micros = reply
         now = int(seconds) * 1000 + int(micros) // 1000
-        self._skew_ms = now - (sent_ms + _local_ms()) // 2
+        self._skew_ms = now - (sent_ms + wall_clock_ms()) // 2
         return now
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        estimate = _local_ms() + self._skew_ms
+        estimate = wall_clock_ms() + self._skew_ms
         verdict = _judge(request, estimate)
         if verdict is not None:  # nothing written: the store's clock says no
             return Claim(verdict, store_now=estimate)
@@ -164,7 +162,7 @@ class RedisStreamIdBackend(_StreamBackend):
         key = self._key(request.job, "stream")
         entry = f"{request.slot}-0"
         index = self._index_commands(request.job)
-        fields = self._fields(request, _local_ms() + self._skew_ms)
+        fields = self._fields(request, wall_clock_ms() + self._skew_ms)
         with self._errors():
             pipe = self.client.pipeline(transaction=False)
             for queued in index:
@@ -173,7 +171,7 @@ class RedisStreamIdBackend(_StreamBackend):
             queue(pipe, "XADD", key, entry, *_flat(fields))
             if repeat:  # a lost reply: was the entry ours?
                 queue(pipe, "XRANGE", key, entry, entry)
-            sent = _local_ms()
+            sent = wall_clock_ms()
             replies = await execute(pipe, raise_on_error=False)
             replies = replies[len(index) :]
             if isinstance(replies[0], Exception):
@@ -250,13 +248,13 @@ class RedisIdmpBackend(_StreamBackend):
             )
             self._configured.add(job)
             self._indexed.add(job)
-        fields = self._fields(request, _local_ms() + self._skew_ms)
+        fields = self._fields(request, wall_clock_ms() + self._skew_ms)
         with self._errors():
             pipe = self.client.pipeline(transaction=True)  # the add and the top entry, at once
             queue(pipe, "TIME")
             queue(pipe, *idmp_xadd_command(key, request.slot, fields))
             queue(pipe, "XREVRANGE", key, "+", "-", "COUNT", 1)
-            sent = _local_ms()
+            sent = wall_clock_ms()
             clock, entry, top = await execute(pipe)
             now = self._observe(clock, sent)
             if top and top[0][0] == entry:
@@ -304,7 +302,3 @@ def _judge(request: ClaimRequest, now: int) -> Outcome | None:
 
 def _flat(fields: Mapping[str, str]) -> list[str]:
     return [part for pair in fields.items() for part in pair]
-
-
-def _local_ms() -> int:
-    return time.time_ns() // 1_000_000

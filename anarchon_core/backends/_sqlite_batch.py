@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
+from ..backend import wall_clock_ms
 from ..errors import BackendError
-from .memory import wall_clock_ms
 
 __all__ = [
     "MAX_BATCH",

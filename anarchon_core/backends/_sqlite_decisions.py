@@ -13,10 +13,18 @@ import json
 import sqlite3
 from typing import Any
 
-from ..backend import Claim, ClaimRequest, InstanceInfo, Lease, TakeoverRequest
+from ..backend import (
+    EARLY_TOLERANCE_MS,
+    NOT_STARTED,
+    Claim,
+    ClaimRequest,
+    InstanceInfo,
+    Lease,
+    TakeoverRequest,
+    wall_clock_ms,
+)
 from ..records import Origin, Outcome, RunRecord, Status
 from . import _sqlite_sql as sql
-from .memory import EARLY_TOLERANCE_MS, NOT_STARTED, wall_clock_ms
 
 __all__ = [
     "cancel",

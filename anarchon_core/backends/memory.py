@@ -10,12 +10,14 @@ check, the backup sweep and the one-pending-request rule do not scan every store
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..backend import (
+    EARLY_TOLERANCE_MS,
+    NOT_STARTED,
+    PENDING,
     Backend,
     Capabilities,
     Claim,
@@ -25,22 +27,13 @@ from ..backend import (
     Lease,
     TakeoverRequest,
     bound_error,
+    instance_json,
+    wall_clock_ms,
 )
 from ..errors import ConfigurationError
 from ..records import TERMINAL_STATUSES, HistoryQuery, Origin, Outcome, RunRecord, Status
 
-__all__ = ["NOT_STARTED", "PENDING", "MemoryBackend", "instance_json"]
-
-EARLY_TOLERANCE_MS = 1000
-
-#: The run state of a manual request that no instance has started yet (not a status).
-PENDING = "pending"
-#: The error of the attempt-0 record of a manual request that expired before it started.
-NOT_STARTED = "not started within the claim horizon"
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+__all__ = ["MemoryBackend"]
 
 
 @dataclass(slots=True)
@@ -405,13 +398,3 @@ class MemoryBackend(Backend):
             if self._runs[run_key].state in TERMINAL_STATUSES and run_key not in keep:
                 del self._runs[run_key]  # terminal: never in the index of open runs
         return len(doomed)
-
-
-def instance_json(info: InstanceInfo) -> str:
-    """``info`` as the JSON text a registry keeps; non-JSON job specs are refused."""
-    try:
-        return json.dumps(info.to_json(), separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"instance {info.instance_id!r}: its job specs are not JSON values ({exc})"
-        ) from exc

@@ -42,12 +42,21 @@ from nats.aio.client import Client, Server
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
-from ..backend import SCHEMA_VERSION, Backend, Capabilities, Claim, ClaimRequest, Lease, bound_error
+from ..backend import (
+    EARLY_TOLERANCE_MS,
+    SCHEMA_VERSION,
+    Backend,
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    Lease,
+    bound_error,
+    wall_clock_ms,
+)
 from ..durations import format_duration_ms, parse_duration_ms
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..names import validate_job_name
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
-from .memory import EARLY_TOLERANCE_MS, wall_clock_ms
 
 __all__ = ["NatsBackend", "decode_job", "encode_job"]
 

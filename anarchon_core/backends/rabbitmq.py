@@ -41,13 +41,20 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 from aiormq.abc import AbstractChannel as RawChannel
 from pamqp.commands import Basic
 
-from ..backend import SCHEMA_VERSION, Backend, Capabilities, Claim, ClaimRequest
+from ..backend import (
+    EARLY_TOLERANCE_MS,
+    SCHEMA_VERSION,
+    Backend,
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    wall_clock_ms,
+)
 from ..durations import format_duration_ms, parse_duration_ms
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..names import validate_job_name
 from ..records import HistoryQuery, Outcome, RunRecord
 from . import mask_url
-from .memory import EARLY_TOLERANCE_MS, wall_clock_ms
 
 __all__ = ["RabbitMQBackend"]
 

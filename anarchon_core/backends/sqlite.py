@@ -39,6 +39,8 @@ from ..backend import (
     Lease,
     TakeoverRequest,
     bound_error,
+    instance_json,
+    wall_clock_ms,
 )
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..records import HistoryQuery, Origin, RunRecord, Status
@@ -46,7 +48,6 @@ from . import _sqlite_decisions as decisions
 from . import _sqlite_sql as sql
 from ._sql import history_filter
 from ._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
-from .memory import instance_json, wall_clock_ms
 
 __all__ = ["SqliteBackend"]
 

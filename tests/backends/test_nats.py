@@ -15,7 +15,6 @@ import logging
 import multiprocessing
 import random
 import re
-import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,6 +25,7 @@ from typing import Any
 
 import nats
 import pytest
+from claim_requests import claim_only_request, now_ms
 from nats.js import api
 from stores_nats import (
     NATS_URL,
@@ -49,7 +49,7 @@ from anarchon_core.errors import (
     ConfigurationError,
     SchemaVersionError,
 )
-from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
+from anarchon_core.records import HistoryQuery, Outcome, Status
 
 HOUR = 3_600_000
 NATS_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
@@ -58,21 +58,7 @@ NATS_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
 def request(
     slot: int, token: str | None = None, job: str = "job", horizon_ms: int = HOUR
 ) -> ClaimRequest:
-    token = token or secrets.token_hex(8)
-    return ClaimRequest(
-        job=job,
-        slot=slot,
-        origin=Origin.SCHEDULE,
-        token=token,
-        instance_id=f"worker:{token[:6]}",
-        lease_ms=0,
-        horizon_ms=horizon_ms,
-        skip_overlap=False,
-    )
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return claim_only_request(slot, token, job, horizon_ms=horizon_ms)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import aio_pika
 import aiormq.exceptions
 import pytest
+from claim_requests import claim_only_request, now_ms
 from stores_rabbitmq import (
     RABBITMQ_URL,
     RabbitServer,
@@ -49,7 +50,7 @@ from anarchon_core.errors import (
     ConfigurationError,
     SchemaVersionError,
 )
-from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
+from anarchon_core.records import HistoryQuery, Outcome, Status
 
 #: Long enough for every test, short enough that the queues expire soon (+ 1 s margin).
 HORIZON_MS = 10_000
@@ -58,21 +59,7 @@ HORIZON_MS = 10_000
 def request(
     slot: int, token: str | None = None, job: str = "job", horizon_ms: int = HORIZON_MS
 ) -> ClaimRequest:
-    token = token or secrets.token_hex(8)
-    return ClaimRequest(
-        job=job,
-        slot=slot,
-        origin=Origin.SCHEDULE,
-        token=token,
-        instance_id=f"worker:{token[:6]}",
-        lease_ms=0,
-        horizon_ms=horizon_ms,
-        skip_overlap=False,
-    )
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return claim_only_request(slot, token, job, horizon_ms=horizon_ms)
 
 
 @pytest.fixture
