@@ -318,7 +318,11 @@ class Backend(ABC):
     # -- history -----------------------------------------------------------------
     @abstractmethod
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
-        """History records matching ``query``, ordered by slot desc, job, attempt desc."""
+        """History records matching ``query``, ordered by ``(slot, job, attempt)`` descending.
+
+        ``query.before`` continues a page after a record (a cursor): records added
+        meanwhile sort before it, so paging never repeats or skips one.
+        """
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete terminal records of slots older than ``older_than_ms`` (epoch ms).

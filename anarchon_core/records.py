@@ -9,6 +9,8 @@ store's clock wherever the store has one.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -17,14 +19,21 @@ from .errors import ConfigurationError
 
 __all__ = [
     "TERMINAL_STATUSES",
+    "HistoryKey",
     "HistoryQuery",
     "Origin",
     "Outcome",
     "RunRecord",
     "Status",
+    "history_key",
     "iso_utc",
     "ms_to_datetime",
+    "select_records",
 ]
+
+#: A record's place in history, ``(slot, job, attempt)``: history is newest first, in
+#: descending order of this key.
+HistoryKey = tuple[int, str, int]
 
 
 class Status(StrEnum):
@@ -99,6 +108,11 @@ class RunRecord:
             return None
         return self.finished_at - self.started_at
 
+    @property
+    def lateness_ms(self) -> int | None:
+        """How long after its slot the attempt started (``None`` if it did not)."""
+        return None if self.started_at is None else self.started_at - self.slot
+
     def to_json(self) -> dict[str, Any]:
         """The one JSON shape of a record (CLI ``--json``, API, dashboard)."""
         return {
@@ -113,6 +127,7 @@ class RunRecord:
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
             "duration_ms": self.duration_ms,
+            "lateness_ms": self.lateness_ms,
             "error": self.error,
             "meta": self.meta,
         }
@@ -120,19 +135,69 @@ class RunRecord:
 
 @dataclass(frozen=True, slots=True)
 class HistoryQuery:
-    """A filter over history, newest first (slot desc, job, attempt desc)."""
+    """A filter over history, newest first: ``(slot, job, attempt)`` descending.
+
+    One direction for all three keys lets a single row comparison page it: ``before``
+    is the key of the last record of the previous page, and the next page holds only
+    records whose key is strictly less (they follow it in the order). Records added
+    meanwhile sort before the cursor (newer slots), so paging never repeats or skips.
+    """
 
     job: str | None = None
     status: Status | None = None
     since: int | None = None  # slot >= since
     until: int | None = None  # slot < until
     limit: int = 100
+    before: HistoryKey | None = None  # (slot, job, attempt) < before
 
     def __post_init__(self) -> None:
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
             raise ConfigurationError(
                 f"history limit {self.limit!r} is not valid: give an integer >= 0"
             )
+        if self.before is not None and not _is_key(self.before):
+            raise ConfigurationError(
+                f"history cursor before={self.before!r} is not valid: give a tuple "
+                f"(slot: int, job: str, attempt: int), the key of the previous page's last record"
+            )
+
+    def matches(self, record: RunRecord) -> bool:
+        """Whether ``record`` passes every filter (the limit aside)."""
+        return (
+            (self.job is None or record.job == self.job)
+            and (self.status is None or record.status == self.status)
+            and (self.since is None or record.slot >= self.since)
+            and (self.until is None or record.slot < self.until)
+            and (self.before is None or history_key(record) < self.before)
+        )
+
+
+def history_key(record: RunRecord) -> HistoryKey:
+    """``(slot, job, attempt)``: the key history is ordered (descending) and paged by."""
+    return record.slot, record.job, record.attempt
+
+
+def select_records(records: Iterable[RunRecord], query: HistoryQuery) -> list[RunRecord]:
+    """The page ``query`` asks for out of ``records``: filtered, newest first, limited.
+
+    The one implementation for the backends that cannot filter or order in the store,
+    so that they all answer exactly like the SQL ones.
+    """
+    if query.limit <= 0:
+        return []
+    matching = (record for record in records if query.matches(record))
+    return heapq.nlargest(query.limit, matching, key=history_key)
+
+
+def _is_key(value: object) -> bool:
+    if not isinstance(value, tuple) or len(value) != 3:
+        return False
+    slot, job, attempt = value
+    return _is_int(slot) and isinstance(job, str) and _is_int(attempt)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:

@@ -54,9 +54,13 @@ NOW = "(floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
 # Heartbeats change only runs.lease_expires and finish changes no indexed column of
 # attempts, so both can be HOT updates (no index writes) given free room on the page:
 # hence the fill factors, and no index on attempts.status (a status filter walks the
-# slot index newest first). The partial index holds only open runs: the live-run
-# check and the sweep read it, and finished runs leave it. The unique partial index on
-# pending manual requests admits one per job and lets the sweep find them.
+# history index newest first). That index is history's order, (slot, job, attempt)
+# descending, so a page is one index range from its cursor, with no sort. It replaced
+# attempts_slot (slot DESC, job, attempt DESC) of a former order: a store holding that
+# one (or lacking this one) is incomplete, and completing it drops the former.
+# The partial index holds only open runs: the live-run check and the sweep read it, and
+# finished runs leave it. The unique partial index on pending manual requests admits
+# one per job and lets the sweep find them.
 # ``requested_by`` (who asked for a manual run) is added to stores created before it;
 # the registry's rows are rewritten at every refresh, hence its low fill factor.
 _TABLES = """
@@ -91,7 +95,8 @@ CREATE TABLE IF NOT EXISTS {attempts} (
     meta        jsonb   NOT NULL DEFAULT '{{}}',
     PRIMARY KEY (job, slot, attempt)
 ) WITH (fillfactor = 85);
-CREATE INDEX IF NOT EXISTS {attempts_slot} ON {attempts} (slot DESC, job, attempt DESC);
+CREATE INDEX IF NOT EXISTS {attempts_history} ON {attempts} (slot DESC, job DESC, attempt DESC);
+DROP INDEX IF EXISTS {attempts_slot};
 CREATE TABLE IF NOT EXISTS {jobs} (
     job    text COLLATE "C" PRIMARY KEY,
     paused boolean NOT NULL DEFAULT false
@@ -387,7 +392,9 @@ SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s),
        (SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
         JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %(schema)s AND c.relname = %(runs)s
-          AND a.attname = ANY(%(columns)s) AND NOT a.attisdropped)
+          AND a.attname = ANY(%(columns)s) AND NOT a.attisdropped),
+       (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relname = ANY(%(former)s))
 """
 
 
@@ -410,7 +417,8 @@ class Statements:
             # CREATE INDEX names its index inside the table's schema: unqualified.
             "runs_open": sql.Identifier(prefix + "runs_open"),
             "runs_pending": sql.Identifier(prefix + "runs_pending"),
-            "attempts_slot": sql.Identifier(prefix + "attempts_slot"),
+            "attempts_history": sql.Identifier(prefix + "attempts_history"),
+            "attempts_slot": table("attempts_slot"),  # the former history index
             "now": sql.SQL(NOW),
             "early": sql.Literal(EARLY_TOLERANCE_MS),
             "waiting": sql.SQL(WAITING),
@@ -446,8 +454,12 @@ class Statements:
         self.layout_state = _LAYOUT_STATE
         #: The tables and indexes ``create_tables`` makes, and the columns it adds.
         tables = ("meta", "runs", "attempts", "jobs", "instances")
-        indexes = ("runs_open", "runs_pending", "attempts_slot")
+        indexes = ("runs_open", "runs_pending", "attempts_history")
         self.relations = [prefix + name for name in (*tables, *indexes)]
+        #: What ``create_tables`` drops: made by an older anarchon (also during a rolling
+        #: upgrade, by an older instance that restarted), so a store holding one is
+        #: incomplete.
+        self.former_relations = [prefix + "attempts_slot"]
         self.added_columns = ["requested_by"]
         self.create_schema = render("CREATE SCHEMA {schema}", schema=sql.Identifier(schema))
         self.create_meta = render(
@@ -486,6 +498,6 @@ class Statements:
         self.prune_instances = render(ops.PRUNE_INSTANCES)
         self.last_scheduled_slot = render(_LAST_SCHEDULED_SLOT)
         self.history = render(_HISTORY)
-        self.history_order = " ORDER BY slot DESC, job ASC, attempt DESC LIMIT %s"
+        self.history_order = " ORDER BY slot DESC, job DESC, attempt DESC LIMIT %s"
         self.prune_keep = render(ops.PRUNE_KEEP)
         self.prune = render(ops.PRUNE_BATCH)

@@ -42,10 +42,19 @@ from ..errors import (
     ConfigurationError,
     SchemaVersionError,
 )
+from ..records import HistoryQuery
 from ._redis_lua import INSTANCES, REGISTER, LuaScript
 from ._redis_url import DEFAULT_URL, parse_url
 
-__all__ = ["Call", "RedisBackend", "command", "execute", "queue", "server_version"]
+__all__ = [
+    "Call",
+    "RedisBackend",
+    "command",
+    "execute",
+    "newest_slot",
+    "queue",
+    "server_version",
+]
 
 #: Oldest server whose commands every strategy uses (``XTRIM MINID``, exclusive ranges).
 MIN_SERVER = (6, 2)
@@ -343,6 +352,22 @@ class RedisBackend(Backend):
         with self._errors():
             seconds, micros = await command(self.client, "TIME")
         return int(seconds) * 1000 + int(micros) // 1000
+
+
+def newest_slot(query: HistoryQuery, job: str) -> tuple[int, bool] | None:
+    """The upper end of ``job``'s slots that ``query`` may return: ``(slot, inclusive)``.
+
+    ``until`` is exclusive. The cursor's own slot stays in range for its job (the lower
+    attempts) and for jobs that sort before it (``(s, job, a) < (s, cursor job, …)``),
+    and is out of range for the others. ``None``: no upper end.
+    """
+    ends: list[tuple[int, bool]] = []
+    if query.until is not None:
+        ends.append((query.until, False))
+    if query.before is not None:
+        slot, cursor_job, _ = query.before
+        ends.append((slot, job <= cursor_job))
+    return min(ends) if ends else None  # at one slot, exclusive (False) is the tighter
 
 
 def server_version(info: dict[str, Any]) -> tuple[tuple[int, ...] | None, str]:

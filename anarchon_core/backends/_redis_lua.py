@@ -392,14 +392,16 @@ return out
 )
 
 # KEYS: slots
-# ARGV: base, max score ('+inf' or '(until'), min score ('-inf' or since), status ('' for
-#       any), limit
+# ARGV: base, max score ('+inf', '(until', or the cursor's slot), min score ('-inf' or
+#       since), status ('' for any), limit, cursor slot and attempt ('' '' for none: the
+#       records of that slot from that attempt up are after the page, not counted)
 # Returns a flat list: slot, HGETALL of its run, ... for the newest runs holding at least
 # ``limit`` matching records in all (the caller filters, orders and cuts).
 HISTORY = _script(
     "history",
     """
 local limit = tonumber(ARGV[5])
+local cut_slot, cut_attempt = tonumber(ARGV[6]), tonumber(ARGV[7])
 local out, found, offset = {}, 0, 0
 while found < limit do
   local chunk = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', offset, 100)
@@ -407,9 +409,11 @@ while found < limit do
   offset = offset + #chunk
   for _, s in ipairs(chunk) do
     local h = redis.call('HGETALL', ARGV[1] .. 'run:' .. s)
+    local cut = tonumber(s) == cut_slot
     local matched = 0
     for i = 1, #h, 2 do
-      if string.sub(h[i], -7) == ':status' and (ARGV[4] == '' or h[i + 1] == ARGV[4]) then
+      if string.sub(h[i], -7) == ':status' and (ARGV[4] == '' or h[i + 1] == ARGV[4])
+          and not (cut and tonumber(string.sub(h[i], 1, -8)) >= cut_attempt) then
         matched = matched + 1
       end
     end

@@ -36,9 +36,9 @@ from ..backend import (
     bound_error,
 )
 from ..errors import ConfigurationError
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 from . import _redis_lua as lua
-from ._redis_base import Call, RedisBackend, command, execute, queue
+from ._redis_base import Call, RedisBackend, command, execute, newest_slot, queue
 
 __all__ = ["RedisLeaseBackend", "RedisScriptBackend"]
 
@@ -127,24 +127,28 @@ class _RunsBackend(RedisBackend):
         if query.limit <= 0:
             return []
         jobs = [query.job] if query.job is not None else await self._jobs()
-        top = "+inf" if query.until is None else f"({query.until}"
-        bottom = "-inf" if query.since is None else str(query.since)
-        status = "" if query.status is None else str(query.status)
-        calls: list[Call] = [
-            (
-                lua.HISTORY,
-                [self._key(job, "slots")],
-                [self._base(job), top, bottom, status, query.limit],
-            )
-            for job in jobs
-        ]
+        calls = [self._history_call(job, query) for job in jobs]
         records: list[RunRecord] = []
         for job, reply in zip(jobs, await self._eval_batch(calls), strict=True):
             for i in range(0, len(reply), 2):
                 records.extend(run_records(job, int(reply[i]), reply[i + 1]))
-        records = [r for r in records if query.status is None or r.status == query.status]
-        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
-        return records[: query.limit]
+        return select_records(records, query)
+
+    def _history_call(self, job: str, query: HistoryQuery) -> Call:
+        """The script reading the newest runs of ``job`` holding ``limit`` of the records asked.
+
+        The cursor's own slot may hold records after it (its job's higher attempts): the
+        script is told which, so that it does not count them and stop a page short.
+        """
+        end = newest_slot(query, job)
+        top = "+inf" if end is None else f"{'' if end[1] else '('}{end[0]}"
+        bottom = "-inf" if query.since is None else str(query.since)
+        status = "" if query.status is None else str(query.status)
+        cut: list[str | int] = ["", ""]
+        if query.before is not None and query.before[1] == job:
+            cut = [query.before[0], query.before[2]]
+        args = [self._base(job), top, bottom, status, query.limit, *cut]
+        return lua.HISTORY, [self._key(job, "slots")], args
 
     async def prune(self, older_than_ms: int) -> int:
         deleted = 0

@@ -28,9 +28,9 @@ from redis.exceptions import ResponseError
 
 from ..backend import EARLY_TOLERANCE_MS, Capabilities, Claim, ClaimRequest, wall_clock_ms
 from ..errors import CapabilityError
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 from . import _redis_lua as lua
-from ._redis_base import RedisBackend, command, execute, queue
+from ._redis_base import RedisBackend, command, execute, newest_slot, queue
 from ._redis_url import DEFAULT_URL
 
 __all__ = ["IDMP_PRODUCER", "RedisIdmpBackend", "RedisStreamIdBackend", "idmp_xadd_command"]
@@ -110,24 +110,37 @@ class _StreamBackend(RedisBackend):
         if query.limit <= 0 or query.status not in (None, Status.CLAIMED):
             return []
         jobs = [query.job] if query.job is not None else await self._jobs()
-        with self._errors():
-            pipe = self.client.pipeline(transaction=False)
-            for job in jobs:
-                queue(pipe, *self._history_command(job, query))
-            replies = await execute(pipe)
-        records = [
-            record
-            for job, entries in zip(jobs, replies, strict=True)
-            for entry_id, fields in entries
-            if (record := self._record(job, entry_id, fields)) is not None
-            and (query.since is None or record.slot >= query.since)
-            and (query.until is None or record.slot < query.until)
-        ]
-        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
-        return records[: query.limit]
+        found: dict[str, list[RunRecord]] = {job: [] for job in jobs}
+        reads = {job: self._history_command(job, query) for job in jobs}
+        while reads:  # one round trip for every job still reading
+            with self._errors():
+                pipe = self.client.pipeline(transaction=False)
+                for read in reads.values():
+                    queue(pipe, *read)
+                replies = await execute(pipe)
+            more: dict[str, list[str | int]] = {}
+            for (job, read), entries in zip(reads.items(), replies, strict=True):
+                for entry_id, fields in entries:
+                    if (record := self._record(job, entry_id, fields)) is not None:
+                        found[job].append(record)
+                follow = self._next_command(read, entries, found[job], query)
+                if follow is not None:
+                    more[job] = follow
+            reads = more
+        return select_records((r for records in found.values() for r in records), query)
 
     def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
         raise NotImplementedError
+
+    def _next_command(
+        self,
+        read: list[str | int],
+        entries: Sequence[Any],
+        records: list[RunRecord],
+        query: HistoryQuery,
+    ) -> list[str | int] | None:
+        """The read that continues ``read`` when its reply cannot hold the whole page."""
+        return None
 
     def _record(self, job: str, entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         raise NotImplementedError
@@ -141,7 +154,7 @@ class _StreamBackend(RedisBackend):
                 top = await command(self.client, "XREVRANGE", key, "+", "-", "COUNT", 1)
                 if not top:
                     continue
-                latest = int(top[0][0].split("-")[0])
+                latest = _ms(top[0][0])
                 threshold = min(older_than_ms, latest)
                 trimmed = await command(self.client, "XTRIM", key, "MINID", "=", f"{threshold}-0")
             deleted += int(trimmed)
@@ -191,15 +204,19 @@ class RedisStreamIdBackend(_StreamBackend):
         return (None if added is None else str(added)), now
 
     def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
-        top = "+" if query.until is None else f"({query.until}-0"
+        # Entry ids are slots: the range is exact but for the cursor's own slot, whose one
+        # entry may be after the cursor; one entry more keeps the page full then.
+        end = newest_slot(query, job)
+        top = "+" if end is None else f"{'' if end[1] else '('}{end[0]}-0"
         bottom = "-" if query.since is None else f"{query.since}-0"
-        return ["XREVRANGE", self._key(job, "stream"), top, bottom, "COUNT", query.limit]
+        count = query.limit + (0 if query.before is None else 1)
+        return ["XREVRANGE", self._key(job, "stream"), top, bottom, "COUNT", count]
 
     def _record(self, job: str, entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         claimed = int(fields["claimed"]) if "claimed" in fields else None
         return RunRecord(
             job,
-            int(entry_id.split("-")[0]),
+            _ms(entry_id),
             1,
             Origin(fields.get("origin", Origin.SCHEDULE)),
             Status.CLAIMED,
@@ -267,14 +284,37 @@ class RedisIdmpBackend(_StreamBackend):
         return (str(entry) if mine else None), now
 
     def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
-        # Entry ids are arrival times; a claim arrives at most EARLY_TOLERANCE_MS early.
+        # Entry ids are arrival times; a claim arrives at most EARLY_TOLERANCE_MS early,
+        # but any time later (catch-up), so only the bottom of the range is known.
         bottom = "-" if query.since is None else str(max(query.since - EARLY_TOLERANCE_MS, 0))
-        return ["XREVRANGE", self._key(job, "stream"), "+", bottom]
+        return ["XREVRANGE", self._key(job, "stream"), "+", bottom, "COUNT", query.limit + 1]
+
+    def _next_command(
+        self,
+        read: list[str | int],
+        entries: Sequence[Any],
+        records: list[RunRecord],
+        query: HistoryQuery,
+    ) -> list[str | int] | None:
+        """Read on (twice as many) until no older entry can belong to the page.
+
+        Arrival order is not slot order, but an entry that arrived at ``t`` holds a slot
+        of at most ``t + EARLY_TOLERANCE_MS``: once the page's last slot is newer than
+        that for the last entry read, the entries not read yet all sort after the page.
+        """
+        _, key, _, bottom, _, count = read
+        if len(entries) < int(count):
+            return None  # the range is exhausted
+        last = entries[-1][0]
+        page = select_records(records, query)
+        if len(page) == query.limit and page[-1].slot > _ms(last) + EARLY_TOLERANCE_MS:
+            return None
+        return ["XREVRANGE", key, f"({last}", bottom, "COUNT", 2 * int(count)]
 
     def _record(self, job: str, entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         if "slot" not in fields:
             return None
-        claimed = int(entry_id.split("-")[0])  # the server's clock at the add
+        claimed = _ms(entry_id)  # the server's clock at the add
         return RunRecord(
             job,
             int(fields["slot"]),
@@ -298,6 +338,11 @@ def _judge(request: ClaimRequest, now: int) -> Outcome | None:
     if request.slot < now - request.horizon_ms:
         return Outcome.EXPIRED
     return None
+
+
+def _ms(entry_id: str) -> int:
+    """The milliseconds part of a stream entry id (``<ms>-<seq>``)."""
+    return int(entry_id.split("-")[0])
 
 
 def _flat(fields: Mapping[str, str]) -> list[str]:

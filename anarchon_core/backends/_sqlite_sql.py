@@ -67,15 +67,20 @@ SCHEMA = (
         PRIMARY KEY (job, slot, attempt)
     )
     """,
-    # History across jobs, newest first; per job the primary key serves the order.
+    # History across jobs in its order, (slot, job, attempt) descending: a page is one
+    # index range from its cursor, with no sort. Per job the primary key, read
+    # backwards, serves the order.
     """
-    CREATE INDEX IF NOT EXISTS anarchon_attempts_slot
-        ON anarchon_attempts (slot DESC, job, attempt DESC)
+    CREATE INDEX IF NOT EXISTS anarchon_attempts_history
+        ON anarchon_attempts (slot DESC, job DESC, attempt DESC)
     """,
     """
-    CREATE INDEX IF NOT EXISTS anarchon_attempts_status
-        ON anarchon_attempts (status, slot DESC, job, attempt DESC)
+    CREATE INDEX IF NOT EXISTS anarchon_attempts_status_history
+        ON anarchon_attempts (status, slot DESC, job DESC, attempt DESC)
     """,
+    # Their predecessors, of a former order (job ascending), in files written before.
+    "DROP INDEX IF EXISTS anarchon_attempts_slot",
+    "DROP INDEX IF EXISTS anarchon_attempts_status",
     """
     CREATE TABLE IF NOT EXISTS anarchon_jobs (
         job    TEXT PRIMARY KEY,
@@ -192,7 +197,7 @@ SELECT job, slot, attempt, origin, status, instance_id,
        claimed_at, started_at, finished_at, error, meta
 FROM anarchon_attempts
 """
-HISTORY_ORDER = " ORDER BY slot DESC, job ASC, attempt DESC LIMIT ?"
+HISTORY_ORDER = " ORDER BY slot DESC, job DESC, attempt DESC LIMIT ?"
 
 # The two kept slots (latest record, latest scheduled run) may be NULL: hence IS NOT.
 PRUNE_JOBS = "SELECT job FROM anarchon_attempts UNION SELECT job FROM anarchon_runs"

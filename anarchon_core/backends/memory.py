@@ -31,7 +31,15 @@ from ..backend import (
     wall_clock_ms,
 )
 from ..errors import ConfigurationError
-from ..records import TERMINAL_STATUSES, HistoryQuery, Origin, Outcome, RunRecord, Status
+from ..records import (
+    TERMINAL_STATUSES,
+    HistoryQuery,
+    Origin,
+    Outcome,
+    RunRecord,
+    Status,
+    select_records,
+)
 
 __all__ = ["MemoryBackend"]
 
@@ -365,16 +373,7 @@ class MemoryBackend(Backend):
 
     # -- history -----------------------------------------------------------------
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
-        records = [
-            r
-            for r in self._records.values()
-            if (query.job is None or r.job == query.job)
-            and (query.status is None or r.status == query.status)
-            and (query.since is None or r.slot >= query.since)
-            and (query.until is None or r.slot < query.until)
-        ]
-        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
-        return records[: max(query.limit, 0)]
+        return select_records(self._records.values(), query)
 
     async def prune(self, older_than_ms: int) -> int:
         # Per job keep the slot of its latest record and its latest scheduled run: the

@@ -56,7 +56,7 @@ from ..backend import (
 from ..durations import format_duration_ms, parse_duration_ms
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..names import validate_job_name
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 
 __all__ = ["NatsBackend", "decode_job", "encode_job"]
 
@@ -442,7 +442,7 @@ class NatsBackend(Backend):
                     if entry is None:
                         break
                     record = _run_record(_load(entry.value))
-                    if record is not None and _matches(record, query):
+                    if record is not None and query.matches(record):
                         records.append(record)
             finally:
                 await watcher.stop()
@@ -450,8 +450,7 @@ class NatsBackend(Backend):
             raise BackendUnavailable(
                 f"NATS at {self.describe()}: reading the history failed: {_text(exc)}"
             ) from exc
-        records.sort(key=lambda r: (-r.slot, r.job, -r.attempt))
-        return records[: query.limit]
+        return select_records(records, query)
 
     # -- connection ------------------------------------------------------------------
     def _open_kv(self) -> KeyValue:
@@ -549,15 +548,6 @@ def _run_record(data: dict[str, Any]) -> RunRecord | None:
         )
     except (KeyError, TypeError, ValueError):
         return None  # not an anarchon record: skipped
-
-
-def _matches(record: RunRecord, query: HistoryQuery) -> bool:
-    return (
-        (query.job is None or record.job == query.job)
-        and (query.status is None or record.status == query.status)
-        and (query.since is None or record.slot >= query.since)
-        and (query.until is None or record.slot < query.until)
-    )
 
 
 def _parse_url(url: str) -> tuple[list[str], dict[str, str | None], dict[str, str]]:

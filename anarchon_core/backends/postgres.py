@@ -176,8 +176,9 @@ class PostgresBackend(Backend):
         """Check the version and create what is missing, serialised across instances.
 
         A store already at this version and complete (its tables, indexes, added
-        columns and functions are counted) is left alone: no table lock at all
-        (``CREATE INDEX IF NOT EXISTS`` would take one even when the index exists).
+        columns and functions are counted, and none of the former indexes is left) is
+        left alone: no table lock at all (``CREATE INDEX IF NOT EXISTS`` would take one
+        even when the index exists).
         """
         async with conn.transaction():
             await conn.execute("SET LOCAL lock_timeout = '30s'")
@@ -189,10 +190,11 @@ class PostgresBackend(Backend):
                 "functions": self.sql.function_names,
                 "relations": self.sql.relations,
                 "columns": self.sql.added_columns,
+                "former": self.sql.former_relations,
             }
             row = await (await conn.execute(self.sql.layout_state, state)).fetchone()
             assert row is not None
-            has_schema, has_meta, functions, relations, columns = row
+            has_schema, has_meta, functions, relations, columns, former = row
             version: int | None = None
             if has_meta:
                 cur = await conn.execute(self.sql.get_version)
@@ -204,10 +206,11 @@ class PostgresBackend(Backend):
                     f"newer than version {SCHEMA_VERSION} known to this anarchon: "
                     f"upgrade anarchon to use it"
                 )
-            complete = (functions, relations, columns) == (
+            complete = (functions, relations, columns, former) == (
                 len(self.sql.function_names),
                 len(self.sql.relations),
                 len(self.sql.added_columns),
+                0,
             )
             if version == SCHEMA_VERSION and complete:
                 return

@@ -8,8 +8,10 @@ a sleep well past them. Slots are taken from the store's ``now_ms``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 import time
+from dataclasses import replace
 from typing import Any
 
 from anarchon_core.backend import (
@@ -21,7 +23,14 @@ from anarchon_core.backend import (
     Lease,
     TakeoverRequest,
 )
-from anarchon_core.records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from anarchon_core.records import (
+    HistoryQuery,
+    Origin,
+    Outcome,
+    RunRecord,
+    Status,
+    history_key,
+)
 
 JOB = "sync"
 HOUR = 3_600_000
@@ -98,6 +107,19 @@ async def take(backend: Backend, lease: Lease, **kwargs: Any) -> Lease:
     claim = await backend.take_over(request)
     assert (claim.outcome, claim.attempt) == (Outcome.WON, lease.attempt + 1)
     return Lease(lease.job, lease.slot, claim.attempt, request.token)
+
+
+async def history_pages(backend: Backend, query: HistoryQuery) -> list[list[RunRecord]]:
+    """Every page of ``query``: each continues after the previous page's last record.
+
+    Only the last page may be short (a short page is how a reader knows it is the last).
+    """
+    pages = [await backend.history(query)]
+    while len(pages[-1]) == query.limit:
+        last = pages[-1][-1]
+        pages.append(await backend.history(replace(query, before=history_key(last))))
+    assert all(len(page) == query.limit for page in pages[:-1])
+    return pages
 
 
 async def records(backend: Backend, job: str | None = None) -> list[RunRecord]:
@@ -504,9 +526,14 @@ async def test_history_order_and_filters(backend: Backend) -> None:
     def keys(rows: list[RunRecord]) -> list[tuple[int, str, int]]:
         return [(r.slot, r.job, r.attempt) for r in rows]
 
-    everything = [(s3, "a", 1), (s2, "b", 1), (s1, "a", 2), (s1, "a", 1), (s1, "b", 1)]
+    everything = [(s3, "a", 1), (s2, "b", 1), (s1, "b", 1), (s1, "a", 2), (s1, "a", 1)]
     assert keys(await backend.history(HistoryQuery())) == everything
     assert keys(await backend.history(HistoryQuery(limit=2))) == everything[:2]
+    after = HistoryQuery(before=(s1, "b", 1))
+    assert keys(await backend.history(after)) == everything[3:]
+    assert keys(await backend.history(HistoryQuery(before=(s1, "a", 2)))) == everything[4:]
+    assert keys(await backend.history(HistoryQuery(before=(s1, "c", 0)))) == everything[2:]
+    assert keys(await backend.history(HistoryQuery(before=(s1, "a", 1)))) == []
     assert keys(await backend.history(HistoryQuery(limit=0))) == []
     assert keys(await backend.history(HistoryQuery(job="a"))) == [
         (s3, "a", 1),
@@ -520,6 +547,74 @@ async def test_history_order_and_filters(backend: Backend) -> None:
     narrow = HistoryQuery(job="a", status=Status.INTERRUPTED, since=s1, until=s1 + 1, limit=5)
     assert keys(await backend.history(narrow)) == [(s1, "a", 1)]
     assert await backend.history(HistoryQuery(job="nobody")) == []
+
+
+async def test_history_pages_with_a_cursor_without_repeats_or_gaps(backend: Backend) -> None:
+    now = await backend.now_ms()
+    s1, s2, s3, s4 = now - 4000, now - 3000, now - 2000, now - 1000
+    statuses = itertools.cycle((Status.SUCCESS, Status.FAILED))
+    made: list[Lease] = []  # every attempt recorded
+
+    async def attempt(lease: Lease, *, open_: bool) -> Lease:
+        """Note ``lease``; finish it now with the next status unless it stays open."""
+        made.append(lease)
+        if not open_:
+            assert await backend.finish(lease, next(statuses))
+        return lease
+
+    # Three jobs over three slots; b's runs and every run of s2 get more attempts.
+    round1 = []
+    for slot in (s1, s2, s3):
+        for job in ("a", "b", "c"):
+            more = job == "b" or slot == s2
+            lease_ms = SHORT_MS if more else LIVE_MS
+            lease = await win(backend, slot, job=job, lease_ms=lease_ms, skip_overlap=False)
+            round1.append(await attempt(lease, open_=more))
+    await expire()
+    round2 = []
+    for lease in round1[1::3] + round1[3:6:2]:  # b's runs, then a's and c's at s2
+        lease_ms = LIVE_MS if lease.job == "b" else SHORT_MS
+        lease = await take(backend, lease, lease_ms=lease_ms, skip_overlap=False)
+        round2.append(await attempt(lease, open_=lease.job != "b" or lease.slot == s3))
+    await expire()
+    for lease in round2[3:]:
+        await attempt(await take(backend, lease, skip_overlap=False), open_=lease.job == "c")
+    skipped = await backend.claim(claim_request(s4, job="b"))  # b's run at s3 is live
+    assert (skipped.outcome, skipped.attempt) == (Outcome.SKIPPED, 0)
+    made.append(Lease("b", s4, 0, ""))
+
+    everything = await backend.history(HistoryQuery(limit=1000))
+    expected = sorted(((lease.slot, lease.job, lease.attempt) for lease in made), reverse=True)
+    assert [history_key(r) for r in everything] == expected
+    assert {r.status for r in everything} == {
+        Status.SUCCESS,
+        Status.FAILED,
+        Status.INTERRUPTED,
+        Status.RUNNING,
+        Status.SKIPPED,
+    }
+    for query in (
+        HistoryQuery(),
+        HistoryQuery(job="a"),
+        HistoryQuery(status=Status.INTERRUPTED),
+        HistoryQuery(since=s2),
+        HistoryQuery(job="b", since=s2, until=s4),
+        HistoryQuery(status=Status.SUCCESS, since=s1 + 1),
+    ):
+        whole = await backend.history(replace(query, limit=1000))
+        assert whole == [r for r in everything if query.matches(r)]
+        assert len(whole) >= 2
+        for limit in (1, 2, 3):
+            pages = await history_pages(backend, replace(query, limit=limit))
+            assert [r for page in pages for r in page] == whole, (query, limit)
+
+    # A run recorded while a reader pages sorts before the reader's cursor.
+    query = HistoryQuery(limit=2)
+    page = await backend.history(query)
+    await win(backend, now, job="a", skip_overlap=False)
+    later = await history_pages(backend, replace(query, before=history_key(page[-1])))
+    assert [r for p in [page, *later] for r in p] == everything
+    assert (await backend.history(query))[0].slot == now
 
 
 async def test_prune_keeps_latest_and_unfinished_records(backend: Backend) -> None:

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from stores_nats import (
     nats_server,
     require_nats,
 )
+from test_conformance import history_pages
 
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
@@ -236,7 +238,7 @@ async def test_finish_records_the_outcome_fenced_by_token(open_store: Callable[.
         assert (await other.claim(request(slot, token="x", job="b"))).outcome == Outcome.WON
         assert await store.finish(Lease("b", slot, 1, "x"), Status.SUCCESS)  # no cached rev
         assert await store.finish(Lease("zzz", slot, 1, "x"), Status.SUCCESS) is False
-        [a, b] = await store.history(HistoryQuery())
+        [b, a] = await store.history(HistoryQuery())  # one slot: job descending
     assert (a.job, a.status, a.error, a.meta, a.attempt) == (
         "a",
         Status.FAILED,
@@ -257,9 +259,9 @@ async def test_history_filters_and_orders(open_store: Callable[..., Any]) -> Non
         await store.finish(Lease("x", base + 1000, 1, "x1"), Status.SUCCESS)
         everything = await store.history(HistoryQuery(limit=100))
         assert [(r.slot, r.job) for r in everything[:3]] == [
-            (base + 4000, "x"),
             (base + 4000, "y:z"),
-            (base + 3000, "x"),
+            (base + 4000, "x"),
+            (base + 3000, "y:z"),
         ]
         assert len(await store.history(HistoryQuery(job="y:z"))) == 5
         assert [r.slot for r in await store.history(HistoryQuery(status=Status.SUCCESS))] == [
@@ -269,6 +271,11 @@ async def test_history_filters_and_orders(open_store: Callable[..., Any]) -> Non
         assert sorted({r.slot for r in window}) == [base + 1000, base + 2000]
         assert len(await store.history(HistoryQuery(limit=3))) == 3
         assert await store.history(HistoryQuery(job="nobody")) == []
+        for query in (HistoryQuery(), HistoryQuery(job="x"), HistoryQuery(since=base + 2000)):
+            whole = await store.history(replace(query, limit=100))
+            for limit in (1, 2, 3):
+                pages = await history_pages(store, replace(query, limit=limit))
+                assert [r for page in pages for r in page] == whole, (query, limit)
         assert await store.prune(now_ms()) == 0
 
 

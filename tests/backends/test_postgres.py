@@ -35,6 +35,7 @@ from anarchon_core.backend import (
 )
 from anarchon_core.backends import backend_from_url
 from anarchon_core.backends._postgres_sql import TERMINAL
+from anarchon_core.backends._sql import history_filter
 from anarchon_core.backends.postgres import PostgresBackend
 from anarchon_core.errors import (
     BackendError,
@@ -377,6 +378,33 @@ async def test_a_store_made_before_the_operations_gets_their_layout_on_open() ->
         assert version == str(SCHEMA_VERSION)
 
 
+async def test_a_store_with_the_former_history_index_gets_the_new_one_on_open() -> None:
+    """History's order changed (job descending): its index is replaced at the same version."""
+    async with store() as backend:
+        now = await backend.now_ms()
+        assert (await backend.claim(claim_request(now, "tok"))).outcome == Outcome.WON
+        await backend.close()
+        former = sql.SQL("CREATE INDEX {} ON {} (slot DESC, job, attempt DESC)").format(
+            sql.Identifier(backend.table_prefix + "attempts_slot"), table(backend, "attempts")
+        )
+        indexes = "SELECT array_agg(indexname::text) FROM pg_indexes WHERE schemaname = %s"
+        async with raw() as conn:
+            await conn.execute(sql.SQL("DROP INDEX {}").format(table(backend, "attempts_history")))
+            await conn.execute(former)
+        await backend.open()
+        assert [r.slot for r in await backend.history(HistoryQuery())] == [now]
+        async with raw() as conn:
+            names = await scalar(conn, indexes, backend.schema)
+        prefix = backend.table_prefix
+        assert prefix + "attempts_history" in names and prefix + "attempts_slot" not in names
+        async with raw() as conn:  # an older instance, restarted mid-upgrade, made it again
+            await conn.execute(former)
+        await backend.close()
+        await backend.open()  # the former index makes the store incomplete: dropped again
+        async with raw() as conn:
+            assert prefix + "attempts_slot" not in await scalar(conn, indexes, backend.schema)
+
+
 async def test_opening_a_complete_store_runs_no_ddl() -> None:
     """Every table, index, column and function is counted: a store already complete
     is left alone (DDL would lock the tables every instance claims in)."""
@@ -694,20 +722,21 @@ async def test_prune_deletes_the_rows_of_expired_instances() -> None:
         ("due_runs", {"jobs": ["a", "b"]}, "runs_pending"),  # pending manual requests
         ("cancel", {"job": "a", "slot": 1}, "runs_pkey"),
         ("last_scheduled_slot", ("a",), "runs_pkey"),
-        ("history", (10,), "attempts_slot"),
-        ("history_job", ("a", 10), "attempts_pkey"),
-        ("history_status", ("success", 10), "attempts_slot"),
+        ("history", HistoryQuery(limit=10), "attempts_history"),
+        ("history", HistoryQuery(job="a", limit=10), "attempts_pkey"),
+        ("history", HistoryQuery(status=Status.SUCCESS, limit=10), "attempts_history"),
+        ("history", HistoryQuery(limit=10, before=(10**12, "a", 2)), "attempts_history"),
+        ("history", HistoryQuery(job="a", limit=10, before=(10**12, "a", 2)), "attempts_pkey"),
     ],
 )
-async def test_hot_queries_can_use_an_index(statement: str, params: Params, index: str) -> None:
+async def test_hot_queries_can_use_an_index(
+    statement: str, params: Params | HistoryQuery, index: str
+) -> None:
     async with store() as backend, raw() as conn:
-        text = {
-            "history": backend.sql.history + backend.sql.history_order,
-            "history_job": backend.sql.history + " WHERE job = %s" + backend.sql.history_order,
-            "history_status": backend.sql.history
-            + " WHERE status = %s"
-            + backend.sql.history_order,
-        }.get(statement) or getattr(backend.sql, statement)
+        text = getattr(backend.sql, statement)
+        if isinstance(params, HistoryQuery):  # the statement PostgresBackend.history sends
+            where, values = history_filter(params, "%s")
+            text, params = text + where + backend.sql.history_order, (*values, params.limit)
         for kind in ("seqscan", "bitmapscan", "sort"):  # tiny tables: ask what is possible
             await conn.execute(f"SET enable_{kind} = off")
         plan = " | ".join(

@@ -34,6 +34,7 @@ from redis_servers import (
     with_params,
 )
 from services import service_unreachable
+from test_conformance import history_pages, takeover_request
 
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease
@@ -499,6 +500,84 @@ async def test_idmp_is_refused_on_older_servers() -> None:
         message = str(err.value)
         assert server in message and "Redis >= 8.6" in message
         assert all(s in message for s in ("lease", "stream-id", "script"))
+
+
+# -- history pages -------------------------------------------------------------------------
+async def test_a_page_is_full_though_the_cursor_splits_a_run() -> None:
+    """The script stops at ``limit`` records: those of the cursor's slot after it do not count.
+
+    It reads slots a hundred at a time, so the split run must be on the first of more
+    than a hundred: were its three attempts counted, that read would end the page short.
+    """
+    async with opened() as backend:
+        now = await backend.now_ms()
+        token = "t1"
+        assert (await backend.claim(request(now, token=token))).outcome == Outcome.WON
+        for attempt in (1, 2):  # handed over at once: attempts 2 and 3
+            assert await backend.release(Lease("job", now, attempt, token))
+            token = f"t{attempt + 1}"
+            taken = await backend.take_over(takeover_request(now, attempt, job="job", token=token))
+            assert (taken.outcome, taken.attempt) == (Outcome.WON, attempt + 1)
+        for k in range(1, 151):
+            assert (await backend.claim(request(now - 1000 * k))).outcome == Outcome.WON
+        query = HistoryQuery(job="job", limit=101, before=(now, "job", 1))
+        page = await backend.history(query)
+        assert [r.slot for r in page] == [now - 1000 * k for k in range(1, 102)]
+        page = await backend.history(replace(query, before=(now, "job", 3)))
+        assert [(r.slot, r.attempt) for r in page[:3]] == [(now, 2), (now, 1), (now - 1000, 1)]
+        assert len(page) == 101
+
+
+@pytest.mark.parametrize("strategy", CLAIM_ONLY)
+async def test_claim_only_history_pages_with_a_cursor(strategy: str) -> None:
+    async with opened(strategy) as backend:
+        now = await backend.now_ms()
+        for k in range(8, 0, -1):  # oldest first: stream-id takes only newer slots
+            for job in ("a", "b", "c")[: 1 + k % 3]:
+                assert (await backend.claim(request(now - 1000 * k, job=job))).outcome == "won"
+        if strategy == "script":
+            await backend.finish(Lease("b", now - 2000, 1, "x"), Status.SUCCESS)
+        for query in (HistoryQuery(), HistoryQuery(job="b"), HistoryQuery(since=now - 5000)):
+            whole = await backend.history(replace(query, limit=1000))
+            assert len(whole) >= 4
+            for limit in (1, 2, 3):
+                pages = await history_pages(backend, replace(query, limit=limit))
+                assert [r for page in pages for r in page] == whole, (query, limit)
+
+
+async def test_idmp_history_reads_on_until_no_older_entry_can_belong(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Entries arrive out of slot order (catch-up): COUNT-bounded reads still page exactly.
+
+    No Redis >= 8.6 is available, so the stream is written by hand in the layout
+    ``XADD … IDMP`` makes (arrival-time ids, the slot in a field); only reads are run.
+    """
+    monkeypatch.setattr(RedisIdmpBackend, "_check_server", RedisBackend._check_server)
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened("idmp", url=url, prefix=prefix) as backend:
+        command = backend._history_command("a", HistoryQuery(limit=5))  # type: ignore[attr-defined]
+        assert command[-2:] == ["COUNT", 6]
+        base = await backend.now_ms() - 100_000
+        arrivals = {}  # (job, slot) -> arrival ms
+        for k in range(40):
+            for job in ("a", "b"):
+                arrivals[(job, base + 1000 * k)] = base + 1000 * k + 5 + (job == "b")
+        for k in range(20, 30):  # a's catch-up of slots 20-29 arrives after every other one
+            arrivals[("a", base + 1000 * k)] = base + 60_000 + k
+        with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
+            raw.sadd(f"{prefix}:jobs", "a", "b")
+            for (job, slot), arrival in sorted(arrivals.items(), key=lambda item: item[1]):
+                fields = {"slot": slot, "token": "t", "instance": "i", "origin": "schedule"}
+                raw.xadd(f"{prefix}:{{{job}}}:stream", fields, id=f"{arrival}-0")
+        expected = sorted(((slot, job, 1) for job, slot in arrivals), reverse=True)
+        everything = await backend.history(HistoryQuery(limit=1000))
+        assert [(r.slot, r.job, r.attempt) for r in everything] == expected
+        for query in (HistoryQuery(), HistoryQuery(job="a"), HistoryQuery(since=base + 25_000)):
+            whole = await backend.history(replace(query, limit=1000))
+            for limit in (1, 2, 3, 7):
+                pages = await history_pages(backend, replace(query, limit=limit))
+                assert [r for page in pages for r in page] == whole, (query, limit)
 
 
 async def test_idmp_refusal_surfaces_at_scheduler_start() -> None:

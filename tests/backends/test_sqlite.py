@@ -236,20 +236,33 @@ def test_busy_answers_that_do_not_wait_are_retried(tmp_path: Path) -> None:
     assert SqliteBackend(tmp_path / "x.db", busy_timeout_ms=1000)._guarded(flaky) == "done"
 
 
+#: A page after a cursor (the SQL ``history_filter`` writes).
+HISTORY_PAGE = sql.HISTORY_COLUMNS + " WHERE (slot, job, attempt) < (?, ?, ?)" + sql.HISTORY_ORDER
+
+
 @pytest.mark.parametrize(
     ("statement", "index"),
     [
         (sql.LIVE_RUN, "anarchon_runs_open"),
         (sql.DUE_RUNS, "anarchon_runs_open"),
         (sql.LAST_SCHEDULED_SLOT, "sqlite_autoindex_anarchon_runs_1"),
-        (sql.HISTORY_COLUMNS + sql.HISTORY_ORDER, "anarchon_attempts_slot"),
+        (sql.HISTORY_COLUMNS + sql.HISTORY_ORDER, "anarchon_attempts_history"),
         (
             sql.HISTORY_COLUMNS + " WHERE job = ?" + sql.HISTORY_ORDER,
             "sqlite_autoindex_anarchon_attempts_1",
         ),
         (
             sql.HISTORY_COLUMNS + " WHERE status = ?" + sql.HISTORY_ORDER,
-            "anarchon_attempts_status",
+            "anarchon_attempts_status_history",
+        ),
+        (HISTORY_PAGE, "anarchon_attempts_history ((slot,job,attempt)<(?,?,?))"),
+        (
+            HISTORY_PAGE.replace("WHERE", "WHERE job = ? AND"),
+            "sqlite_autoindex_anarchon_attempts_1",
+        ),
+        (
+            HISTORY_PAGE.replace("WHERE", "WHERE status = ? AND"),
+            "anarchon_attempts_status_history (status=? AND (slot,job,attempt)<(?,?,?))",
         ),
     ],
 )
@@ -264,6 +277,30 @@ async def test_hot_queries_use_an_index(tmp_path: Path, statement: str, index: s
     assert index in plan, plan
     if statement.startswith(sql.HISTORY_COLUMNS):  # pages of history come in index order
         assert "TEMP B-TREE" not in plan, plan
+
+
+async def test_a_file_with_the_former_history_indexes_gets_the_new_ones(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+    await backend.close()
+    with _connect(path) as conn:  # as a file written before history's order changed
+        conn.execute("DROP INDEX anarchon_attempts_history")
+        conn.execute("DROP INDEX anarchon_attempts_status_history")
+        conn.execute(
+            "CREATE INDEX anarchon_attempts_slot "
+            "ON anarchon_attempts (slot DESC, job, attempt DESC)"
+        )
+        conn.execute(
+            "CREATE INDEX anarchon_attempts_status "
+            "ON anarchon_attempts (status, slot DESC, job, attempt DESC)"
+        )
+    await backend.open()
+    await backend.close()
+    with _connect(path) as conn:
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"anarchon_attempts_history", "anarchon_attempts_status_history"} <= indexes
+    assert not {"anarchon_attempts_slot", "anarchon_attempts_status"} & indexes
 
 
 async def test_a_file_with_the_former_index_gets_the_open_runs_index(tmp_path: Path) -> None:
