@@ -12,7 +12,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from . import operations
+from . import api, operations
 from ._format import format_table
 from .backend import Backend
 from .records import iso_utc
@@ -73,7 +73,7 @@ def add_operation_commands(
         mismatches = operations.fingerprint_mismatches(live)
         if args.json:
             for info in live:
-                print(json.dumps(info.to_json(), ensure_ascii=False))
+                print(json.dumps(api.instance_json(info), ensure_ascii=False))
             return 0
         if not live:
             print("no live instances")

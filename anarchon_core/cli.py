@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from . import __version__
+from ._cli_dashboard import add_dashboard_command
 from ._cli_operations import add_operation_commands
 from ._format import history_table
 from .backend import Backend, InstanceInfo, wall_clock_ms
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_operation_commands(add, store, _store_call)
+    add_dashboard_command(add, store, _backend_url, CliError)
 
     p = add("demo", _cmd_demo, "start several instances, kill one mid-run, show the takeover", [])
     p.add_argument(

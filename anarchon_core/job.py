@@ -180,6 +180,7 @@ class Job:
             "name": self.name,
             "schedule": self.schedule.describe(),
             "tz": self.schedule.tz,
+            "canonical": self.schedule.canonical(),
             "fingerprint": self.fingerprint,
             "options": {
                 "jitter_ms": options.jitter_ms,

@@ -28,7 +28,7 @@ from croniter import croniter
 from .durations import format_duration_ms, parse_duration_ms
 from .errors import ConfigurationError
 
-__all__ = ["Cron", "Every", "Schedule"]
+__all__ = ["Cron", "Every", "Schedule", "from_canonical"]
 
 _UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -88,6 +88,36 @@ class Schedule(ABC):
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.canonical()))
+
+
+_CANONICAL = re.compile(
+    r"every/(?P<e>\w+) interval_ms=(?P<interval>\d+) offset_ms=(?P<offset>\d+)"
+    r"|cron/(?P<c>\w+) (?P<fields>[^=]+) tz=(?P<tz>\S+) day_or=(?P<day_or>[01])"
+)
+
+
+def from_canonical(text: str) -> Schedule:
+    """The schedule whose :meth:`Schedule.canonical` text is ``text``.
+
+    The instance registry keeps this text, so a tool that has only the store (the
+    dashboard, ``anarchon jobs --backend``) computes the same next slots as the replicas.
+
+    :raises ConfigurationError: not the canonical text of a built-in schedule of this
+        version's semantics (a custom schedule, or a newer anarchon).
+    """
+    match = _CANONICAL.fullmatch(text) if isinstance(text, str) else None
+    if match is None or (match["e"] or match["c"]) != _SEMANTICS:
+        raise ConfigurationError(
+            f"schedule {text!r} is not the canonical text of an Every or Cron schedule "
+            f"of semantics {_SEMANTICS}"
+        )
+    if match["e"]:
+        offset = int(match["offset"])
+        return Every(
+            dt.timedelta(milliseconds=int(match["interval"])),
+            dt.timedelta(milliseconds=offset) if offset else None,
+        )
+    return Cron(match["fields"], match["tz"], day_or=match["day_or"] == "1")
 
 
 def _check_ms(name: str, value: int) -> int:

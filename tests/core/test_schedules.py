@@ -10,7 +10,7 @@ import re
 import pytest
 
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.schedules import Cron, Every, Schedule
+from anarchon_core.schedules import Cron, Every, Schedule, from_canonical
 
 UTC = dt.UTC
 
@@ -419,3 +419,32 @@ def test_cron_is_safe_to_share_between_threads() -> None:
     expected = [Cron("*/5 * * * *", "America/New_York").next_slot(s) for s in starts]
     with ThreadPoolExecutor(max_workers=8) as pool:
         assert list(pool.map(cron.next_slot, starts)) == expected
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Every("10s"),
+        Every("1h", offset="5m"),
+        Every("500ms"),
+        Cron("30 2 * * *", "America/New_York"),
+        Cron("*/5 * * * * 30"),
+        Cron("0 0 1 * mon", day_or=False),
+        Cron("@daily", "Europe/Athens"),
+    ],
+)
+def test_the_canonical_text_rebuilds_the_same_schedule(schedule: Schedule) -> None:
+    rebuilt = from_canonical(schedule.canonical())
+    assert rebuilt == schedule and rebuilt.fingerprint() == schedule.fingerprint()
+    start = ms(2026, 3, 1)
+    assert rebuilt.slots_between(start, start + 40 * 86_400_000, limit=50) == (
+        schedule.slots_between(start, start + 40 * 86_400_000, limit=50)
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["every/v2 interval_ms=1000 offset_ms=0", "every 10s", "cron/v1 * * * * * tz=UTC", ""]
+)
+def test_text_that_is_not_canonical_is_refused(text: str) -> None:
+    with pytest.raises(ConfigurationError, match="not the canonical text"):
+        from_canonical(text)
