@@ -5,6 +5,8 @@ was won until its outcome is recorded, so that its lease keeps being extended wh
 the finish mark is (re)sent. The heartbeat is one batched store call per period for
 all held attempts; each acknowledgement re-arms a timer at ``lease_ms −
 heartbeat_ms`` that fences the runner itself if the store stops answering.
+Each handler call runs inside its telemetry span (current while it runs); an attempt
+is counted as a run once its outcome is recorded.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class Attempts:
         self.backend = backend
         self.config = config
         self.log = log
-        self.stats = config.stats
+        self.telemetry = config.telemetry
         self.held: dict[tuple[str, int], Attempt] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self._lease = backend.capabilities.lease
@@ -87,6 +89,8 @@ class Attempts:
     async def _run(self, attempt: Attempt) -> None:
         job, lease, ctx = attempt.job, attempt.lease, attempt.ctx
         self.log.info(job, lease.slot, lease.attempt, "run started (%s)", ctx.origin)
+        self.telemetry.run_started(job.store_name, (self.config.clock() - lease.slot) / 1000)
+        began = time.monotonic()
         try:
             status, error = await self._call(attempt)
             if not self._lease:
@@ -103,8 +107,9 @@ class Attempts:
             retry_in = self._retry_delay(job, lease.attempt) if status == Status.FAILED else None
             log = self.log.info if status == Status.SUCCESS else self.log.warn
             log(job, lease.slot, lease.attempt, "run %s%s", status, f": {error}" if error else "")
-            self.stats[f"run_{status}"] += 1
-            await self._finish(attempt, status, error, retry_in)
+            duration = time.monotonic() - began
+            if await self._finish(attempt, status, error, retry_in):
+                self.telemetry.run_ended(job.store_name, status, duration, self.config.clock())
         finally:
             attempt.done = True
             if attempt.deadline is not None:
@@ -112,11 +117,22 @@ class Attempts:
             self.held.pop((lease.job, lease.slot), None)
 
     async def _call(self, attempt: Attempt) -> tuple[Status, str | None]:
+        """One handler call, inside its span: the handler's own spans nest under it."""
+        with self.telemetry.run_span(attempt.job.store_name, attempt.ctx) as span:
+            status, error, exc = await self._invoke(attempt)
+            if attempt.lost or attempt.released:
+                span.end(Status.INTERRUPTED, reason=attempt.ctx.cancel_reason)
+            else:
+                span.end(status, exc, None if exc is not None else error)
+        return status, error
+
+    async def _invoke(self, attempt: Attempt) -> tuple[Status, str | None, BaseException | None]:
+        """Call the handler; its status, error text and exception (if it raised)."""
         job, ctx = attempt.job, attempt.ctx
         try:
             future = start_handler(job, ctx)
         except Exception as exc:  # an async handler that raised before its first await
-            return Status.FAILED, describe_exception(exc)
+            return Status.FAILED, describe_exception(exc), exc
         attempt.future = future
         timeout_ms = job.options.timeout_ms
         try:
@@ -128,13 +144,13 @@ class Attempts:
             raise
         if not done:
             self._signal(attempt, "timeout")
-            return Status.FAILED, f"timed out after {timeout_ms} ms"
+            return Status.FAILED, f"timed out after {timeout_ms} ms", None
         if future.cancelled():
-            return Status.FAILED, f"cancelled ({ctx.cancel_reason or 'by the handler'})"
+            return Status.FAILED, f"cancelled ({ctx.cancel_reason or 'by the handler'})", None
         error = future.exception()
         if error is not None:
-            return Status.FAILED, describe_exception(error)
-        return Status.SUCCESS, None
+            return Status.FAILED, describe_exception(error), error
+        return Status.SUCCESS, None, None
 
     async def _retry_in_process(
         self, attempt: Attempt, status: Status, error: str | None
@@ -175,13 +191,15 @@ class Attempts:
 
     async def _finish(
         self, attempt: Attempt, status: Status, error: str | None, retry_in: int | None
-    ) -> None:
+    ) -> bool:
+        """Record the outcome; False if the store rejected it (this attempt was fenced)."""
         if not self.backend.capabilities.finish:
-            return
+            return True  # the claim is all such a store records
         meta = bounded_meta(attempt.ctx.meta)
+        job, lease = attempt.job, attempt.lease
         ok = await retry_store(
             lambda: self.backend.finish(
-                attempt.lease, status, error=error, meta=meta, retry_in_ms=retry_in
+                lease, status, error=error, meta=meta, retry_in_ms=retry_in
             ),
             what="finish",
             config=self.config,
@@ -189,15 +207,17 @@ class Attempts:
             # The run keeps its lease (and blocks overlapping slots) until the finish
             # lands: retry at heartbeat pace, not with a long backoff.
             max_delay_s=self.config.heartbeat_ms / 1000,
+            job=job,
+            slot=lease.slot,
+            attempt=lease.attempt,
         )
         if ok is False:
-            self.stats["fenced_finish"] += 1
+            self.telemetry.fenced(job.store_name, "finish")
             self.log.warn(
-                attempt.job,
-                attempt.lease.slot,
-                attempt.lease.attempt,
-                "finish rejected: this attempt was fenced",
+                job, lease.slot, lease.attempt, "finish rejected: this attempt was fenced"
             )
+            return False
+        return True
 
     def _signal(self, attempt: Attempt, reason: str) -> None:
         attempt.ctx._cancel(reason)
@@ -218,7 +238,7 @@ class Attempts:
         if attempt.done or attempt.lost:
             return
         attempt.lost = True
-        self.stats["lost_lease"] += 1
+        self.telemetry.lost_lease(attempt.job.store_name)
         self.log.warn(
             attempt.job, attempt.lease.slot, attempt.lease.attempt, "lost the run: %s", reason
         )
@@ -247,7 +267,7 @@ class Attempts:
                     [a.lease for a in held], self.config.lease_ms
                 )
             except Exception as exc:
-                self.stats["store_errors"] += 1
+                self.telemetry.store_error("heartbeat")
                 self.log.warn(None, None, None, "heartbeat failed: %s", exc)
                 continue
             for attempt, ok in zip(held, verdicts, strict=True):
@@ -257,7 +277,7 @@ class Attempts:
                     attempt.last_ack = sent
                     self._arm_self_fence(attempt)
                 else:
-                    self.stats["fenced_heartbeat"] += 1
+                    self.telemetry.fenced(attempt.job.store_name, "heartbeat")
                     self._lose(attempt, "heartbeat rejected by the store")
 
     async def hand_over(self) -> None:
@@ -273,6 +293,7 @@ class Attempts:
             for attempt, result in zip(remaining, results, strict=True):
                 where = (attempt.job, attempt.lease.slot, attempt.lease.attempt)
                 if isinstance(result, BaseException):
+                    self.telemetry.store_error("release", attempt.job.store_name)
                     self.log.warn(
                         *where,
                         "could not release the lease at stop (a backup "
@@ -280,7 +301,7 @@ class Attempts:
                         result,
                     )
                 else:
-                    self.stats["handed_over"] += 1
+                    self.telemetry.handed_over(attempt.job.store_name)
                     self.log.info(*where, "handed over at stop")
         for task in list(self.tasks):
             task.cancel()

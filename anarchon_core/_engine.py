@@ -6,7 +6,8 @@ sweeps the store for runs to continue (expired leases and due retries: the *back
 role of SPEC §4.6, batched for all jobs), and one that prunes history. Won attempts
 are handed to :class:`~anarchon_core._attempts.Attempts`, which runs them and keeps
 their leases. Every store call survives an outage: it is logged, counted and
-retried, never raised out of a loop.
+retried, never raised out of a loop. Every event is reported to the configuration's
+:class:`~anarchon_core.telemetry.Telemetry` (counters, metrics, traces).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 import secrets
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -59,7 +61,7 @@ class Engine:
         self.backend = backend
         self.config = config
         self.jobs = {job.store_name: job for job in jobs.values()}
-        self.stats = config.stats
+        self.telemetry = config.telemetry
         self.skew_ms = 0
         self.log = EngineLog(config.logger, config.instance_id)
         self.attempts = Attempts(backend, config, self.log)
@@ -71,6 +73,11 @@ class Engine:
         self.failed: BaseException | None = None
         self._reported_mismatches: set[str] = set()
         self._logged_skew: int | None = None
+
+    @property
+    def stats(self) -> Counter[str]:
+        """Plain counters of this engine's events (``Scheduler.stats``)."""
+        return self.telemetry.stats
 
     # -- life cycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -97,22 +104,16 @@ class Engine:
                 await self.backend.open()
                 break
             except BackendUnavailable as exc:
-                self.stats["store_errors"] += 1
+                self.telemetry.store_error("open")
                 self.log.warn(
                     None, None, None, "store unavailable, retrying in %.2fs: %s", delay, exc
                 )
+                self.telemetry.store_retry("open")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
             except Exception as exc:
-                self.config.logger.error(
-                    "anarchon cannot use its store and claims nothing: %s",
-                    exc,
-                    extra={
-                        "job": None,
-                        "slot": None,
-                        "attempt": None,
-                        "instance": self.config.instance_id,
-                    },
+                self.log.error(
+                    None, None, None, "anarchon cannot use its store and claims nothing: %s", exc
                 )
                 self.failed = exc
                 return
@@ -138,7 +139,7 @@ class Engine:
     def _loop_ended(self, task: asyncio.Future[Any]) -> None:
         self._loops.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self.config.logger.error("engine loop crashed", exc_info=task.exception())
+            self.log.error(None, None, None, "engine loop crashed", exc_info=task.exception())
 
     async def stop(self, grace_ms: int) -> None:
         """Stop claiming, wait up to ``grace_ms`` for runs, then hand the rest over."""
@@ -184,6 +185,7 @@ class Engine:
             self.log.info(None, None, None, "store clock skew %+d ms (store − local)", sample)
             self._logged_skew = sample
         self.skew_ms = sample
+        self.telemetry.skew(sample)
 
     async def _sleep_until(self, target_ms: int) -> None:
         delay = target_ms - self.now()
@@ -192,17 +194,22 @@ class Engine:
 
     async def _job_loop(self, job: Job) -> None:
         slot = job.schedule.next_slot(self.now())
+        previous: int | None = None
         while True:
+            # The gap the cluster waits through now (for `every`, the interval): what a
+            # "did not run for 2 intervals" alert compares the last success with.
+            gap = slot - previous if previous is not None else job.schedule.next_slot(slot) - slot
+            self.telemetry.job_interval(job.store_name, gap / 1000)
             bound = job.jitter_bound_ms(slot)
             jitter = random.randint(0, bound) if bound > 0 else 0
             await self._sleep_until(slot + jitter)
             horizon = job.horizon_ms(slot)
             if self.now() > slot + horizon + HORIZON_MARGIN_MS:
-                self.stats["abandoned"] += 1
+                self.telemetry.abandoned(job.store_name)
                 self.log.warn(job, slot, None, "slot abandoned: past its horizon of %d ms", horizon)
             else:
                 await self._claim(job, slot, Origin.SCHEDULE, horizon, jitter)
-            slot = job.schedule.next_slot(slot)
+            previous, slot = slot, job.schedule.next_slot(slot)
 
     async def _catch_up(self, job: Job) -> None:
         """Claim, in slot order and one at a time, the slots missed since the last record.
@@ -212,7 +219,10 @@ class Engine:
         runs are exempt from skipping each other.
         """
         last = await self._retry(
-            lambda: self.backend.last_scheduled_slot(job.store_name), what="catch-up read"
+            lambda: self.backend.last_scheduled_slot(job.store_name),
+            what="catch-up read",
+            operation="catch_up",
+            job=job,
         )
         if last is None:
             return
@@ -236,7 +246,12 @@ class Engine:
         """Poll the history, once per heartbeat, until the run of ``slot`` has ended."""
         query = HistoryQuery(job=job.store_name, since=slot, until=slot + 1, limit=1)
         while self.now() < deadline:
-            records = await self._retry(lambda: self.backend.history(query), what="catch-up wait")
+            records = await self._retry(
+                lambda: self.backend.history(query),
+                what="catch-up wait",
+                operation="catch_up",
+                job=job,
+            )
             if not records or records[0].status in TERMINAL_STATUSES:
                 return  # nothing recorded (expired or early) or ended
             await asyncio.sleep(self.config.heartbeat_ms / 1000)
@@ -266,10 +281,14 @@ class Engine:
         )
         while True:
             answer = await self._retry(
-                lambda: self._timed_claim(request), what="claim", deadline=slot + horizon
+                lambda: self._timed_claim(request),
+                what="claim",
+                deadline=slot + horizon,
+                job=job,
+                slot=slot,
             )
-            claim, sent = answer or (Claim(Outcome.EXPIRED), 0.0)
-            self.stats[f"claim_{claim.outcome}"] += 1
+            claim, sent, latency = answer or (Claim(Outcome.EXPIRED), 0.0, None)
+            self.telemetry.claim(job.store_name, claim.outcome, latency)
             if claim.outcome != Outcome.EARLY:
                 break
             await asyncio.sleep(max(slot - (claim.store_now or slot), 10) / 1000)
@@ -283,14 +302,16 @@ class Engine:
             self.log.warn(job, slot, None, "slot abandoned: claimed past its horizon")
         return None
 
-    async def _timed_claim(self, request: ClaimRequest) -> tuple[Claim, float]:
+    async def _timed_claim(self, request: ClaimRequest) -> tuple[Claim, float, float]:
         """One claim, also sampling the skew (store − local) when the round trip was short.
 
-        A slow answer (a pool wait, a reconnect) says nothing about the clocks: its
-        midpoint could be seconds off, so such samples are dropped.
+        Returns the answer, when it was sent (``time.monotonic()``) and its round trip
+        in seconds. A slow answer (a pool wait, a reconnect) says nothing about the
+        clocks: its midpoint could be seconds off, so such samples are dropped.
         """
         sent, sent_mono = self.now(), time.monotonic()
         claim = await self.backend.claim(request)
+        latency = time.monotonic() - sent_mono
         received = self.now()
         if (
             claim.store_now is not None
@@ -298,7 +319,7 @@ class Engine:
             and received - sent <= SKEW_SAMPLE_MAX_RTT_MS
         ):
             self._observe_skew(claim.store_now - (sent + received) // 2)
-        return claim, sent_mono
+        return claim, sent_mono, latency
 
     # -- backups -------------------------------------------------------------------
     async def _sweep_loop(self) -> None:
@@ -309,7 +330,7 @@ class Engine:
             try:
                 due = await self.backend.due_runs(names)
             except Exception as exc:
-                self.stats["store_errors"] += 1
+                self.telemetry.store_error("sweep")
                 self.log.warn(None, None, None, "sweep failed: %s", exc)
                 continue
             for run in due:
@@ -339,12 +360,16 @@ class Engine:
         sent = time.monotonic()
         # Repeated with the same token after an ambiguous failure, it answers WON again.
         answer = await self._retry(
-            lambda: self.backend.take_over(request), what="takeover", deadline=run.slot + horizon
+            lambda: self.backend.take_over(request),
+            what="takeover",
+            deadline=run.slot + horizon,
+            job=job,
+            slot=run.slot,
         )
         if answer is None:
             return
         claim = answer
-        self.stats[f"takeover_{claim.outcome}"] += 1
+        self.telemetry.takeover(run.job, claim.outcome)
         if claim.outcome == Outcome.WON:
             self.log.info(job, run.slot, claim.attempt, "took over the run (%s)", run.reason)
             lease = Lease(run.job, run.slot, claim.attempt, token)
@@ -381,7 +406,7 @@ class Engine:
                 self.log.warn(None, None, None, "no instance registry: %s", exc)
                 return
             except Exception as exc:
-                self.stats["store_errors"] += 1
+                self.telemetry.store_error("registry")
                 self.log.warn(None, None, None, "registry refresh failed: %s", exc)
             periods += 1
             await asyncio.sleep(self.config.heartbeat_ms / 1000)
@@ -393,8 +418,9 @@ class Engine:
             for job, prints in fingerprint_mismatches(await self.backend.instances()).items()
             if job in self.jobs
         }
-        if mismatches and mismatches.keys() != self._reported_mismatches:
-            self.stats["fingerprint_mismatch"] += 1
+        changed = mismatches.keys() != self._reported_mismatches
+        self.telemetry.fingerprints(self.jobs, set(mismatches), changed=changed)
+        if mismatches and changed:
             self.log.warn(
                 None,
                 None,
@@ -421,14 +447,29 @@ class Engine:
                 if deleted:
                     self.log.info(None, None, None, "pruned %d history record(s)", deleted)
             except Exception as exc:
+                self.telemetry.store_error("prune")
                 self.log.warn(None, None, None, "prune failed: %s", exc)
             await asyncio.sleep(PRUNE_EVERY_S * random.uniform(0.9, 1.1))
 
     async def _retry(
-        self, call: Callable[[], Awaitable[T]], *, what: str, deadline: int | None = None
+        self,
+        call: Callable[[], Awaitable[T]],
+        *,
+        what: str,
+        deadline: int | None = None,
+        operation: str | None = None,
+        job: Job | None = None,
+        slot: int | None = None,
     ) -> T | None:
         return await retry_store(
-            call, what=what, config=self.config, log=self.log, deadline=deadline
+            call,
+            what=what,
+            config=self.config,
+            log=self.log,
+            deadline=deadline,
+            operation=operation,
+            job=job,
+            slot=slot,
         )
 
 

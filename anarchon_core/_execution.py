@@ -4,12 +4,17 @@ Sync handlers get a thread of their own rather than the loop's default executor
 because that executor's threads are joined at interpreter exit: a handler that
 ignores its cancellation signal would then keep a stopping process alive past its
 grace period. Daemon threads are abandoned instead; their later writes are fenced.
+
+Either way the handler runs in a copy of the caller's :mod:`contextvars` context (as
+``asyncio`` tasks and ``asyncio.to_thread`` do), so the run's tracing span is current
+in a sync handler too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import traceback
 from typing import Any
@@ -26,6 +31,7 @@ def start_handler(job: Job, ctx: RunContext) -> asyncio.Future[Any]:
         return asyncio.ensure_future(job.handler(ctx))
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
 
     def deliver(result: Any, exc: BaseException | None) -> None:
         if future.done():
@@ -37,7 +43,7 @@ def start_handler(job: Job, ctx: RunContext) -> asyncio.Future[Any]:
 
     def target() -> None:
         try:
-            result, exc = job.handler(ctx), None
+            result, exc = context.run(job.handler, ctx), None
         except BaseException as caught:  # delivered to the runner, which records it
             result, exc = None, caught
         with contextlib.suppress(RuntimeError):  # a closed loop: abandoned at stop

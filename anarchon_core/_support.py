@@ -1,10 +1,9 @@
-"""What the engine's parts share: configuration, counters, logging and store retries."""
+"""What the engine's parts share: configuration, telemetry, logging and store retries."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -12,6 +11,7 @@ from typing import Any, TypeVar
 from .backend import wall_clock_ms
 from .errors import SchemaVersionError
 from .job import Job
+from .telemetry import Telemetry
 
 __all__ = ["EngineConfig", "EngineLog", "retry_store"]
 
@@ -26,7 +26,7 @@ class EngineConfig:
     history_retention_ms: int
     logger: logging.Logger
     clock: Callable[[], int] = wall_clock_ms
-    stats: Counter[str] = field(default_factory=Counter)
+    telemetry: Telemetry = field(default_factory=Telemetry)
 
 
 class EngineLog:
@@ -46,6 +46,17 @@ class EngineLog:
     ) -> None:
         self._log(logging.WARNING, job, slot, attempt, msg, args)
 
+    def error(
+        self,
+        job: Job | None,
+        slot: int | None,
+        attempt: int | None,
+        msg: str,
+        *args: Any,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        self._log(logging.ERROR, job, slot, attempt, msg, args, exc_info)
+
     def _log(
         self,
         level: int,
@@ -54,6 +65,7 @@ class EngineLog:
         attempt: int | None,
         msg: str,
         args: tuple[Any, ...],
+        exc_info: BaseException | None = None,
     ) -> None:
         if not self.logger.isEnabledFor(level):
             return
@@ -63,7 +75,9 @@ class EngineLog:
             "attempt": attempt,
             "instance": self.instance_id,
         }
-        self.logger.log(level, _prefix(job, slot, attempt) + msg, *args, extra=extra)
+        self.logger.log(
+            level, _prefix(job, slot, attempt) + msg, *args, extra=extra, exc_info=exc_info
+        )
 
 
 def _prefix(job: Job | None, slot: int | None, attempt: int | None) -> str:
@@ -81,12 +95,20 @@ async def retry_store(
     log: EngineLog,
     deadline: int | None = None,
     max_delay_s: float = 5.0,
+    operation: str | None = None,
+    job: Job | None = None,
+    slot: int | None = None,
+    attempt: int | None = None,
 ) -> T | None:
     """Call the store until it answers; ``None`` once ``deadline`` (epoch ms) has passed.
 
     A store outage must never crash a scheduler: every failure is logged, counted and
     retried with capped exponential backoff. Only a newer schema is final.
+    ``operation`` (default ``what``) labels the metrics; ``job``, ``slot`` and
+    ``attempt`` (where known) the log records and metrics.
     """
+    operation = operation or what
+    job_name = job.store_name if job is not None else None
     delay = 0.05
     while True:
         try:
@@ -94,10 +116,11 @@ async def retry_store(
         except SchemaVersionError:
             raise
         except Exception as exc:
-            config.stats["store_errors"] += 1
+            config.telemetry.store_error(operation, job_name)
             if deadline is not None and config.clock() >= deadline:
-                log.warn(None, None, None, "%s gave up, store unavailable: %s", what, exc)
+                log.warn(job, slot, attempt, "%s gave up, store unavailable: %s", what, exc)
                 return None
-            log.warn(None, None, None, "%s failed, retrying in %.2fs: %s", what, delay, exc)
+            log.warn(job, slot, attempt, "%s failed, retrying in %.2fs: %s", what, delay, exc)
+            config.telemetry.store_retry(operation)
             await asyncio.sleep(delay)
             delay = min(delay * 2, max_delay_s)

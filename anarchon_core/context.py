@@ -6,12 +6,27 @@ import asyncio
 import datetime as dt
 import logging
 import threading
+from collections.abc import MutableMapping
 from typing import Any
 
 from .errors import RunCancelled
 from .records import Origin, ms_to_datetime
 
-__all__ = ["RunContext"]
+__all__ = ["RunContext", "RunLogger"]
+
+
+class RunLogger(logging.LoggerAdapter[logging.Logger]):
+    """``ctx.logger``: every record carries ``job``, ``slot``, ``attempt`` and ``instance``.
+
+    Unlike a plain :class:`logging.LoggerAdapter` it keeps the ``extra`` given to a
+    call, adding the run's fields to it (the call's own keys win).
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
+        return msg, kwargs
 
 
 class RunContext:
@@ -47,7 +62,8 @@ class RunContext:
         self.jitter_ms = 0
         #: A small JSON-serialisable dict (at most 1 KB) kept in the history record.
         self.meta: dict[str, Any] = {}
-        self.logger = logging.LoggerAdapter(
+        #: Logs with the run's ``job``, ``slot``, ``attempt`` and ``instance`` as ``extra``.
+        self.logger = RunLogger(
             logger,
             {"job": job, "slot": slot, "attempt": attempt, "instance": instance_id},
         )

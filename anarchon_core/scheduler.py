@@ -17,7 +17,7 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import operations
 from ._engine import Engine, EngineConfig
@@ -29,6 +29,11 @@ from .job import Handler, Job, JobOptions, validate_option_keys
 from .names import validate_namespace
 from .records import HistoryQuery, RunRecord, Status
 from .schedules import Cron, Every, Schedule
+from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["Scheduler"]
 
@@ -60,6 +65,11 @@ class Scheduler:
     the defaults of every job (``jitter_ms``, ``timeout_ms``, ``catch_up``,
     ``catch_up_window``, ``max_attempts``, ``retries``, ``retry_backoff_ms``,
     ``overlap``, ``misfire_grace_ms``); each job may override them.
+
+    With ``prometheus_client`` installed the scheduler's events are metrics in
+    ``metrics_registry`` (default: the process's registry), and with
+    ``opentelemetry-api`` every handler call is a span of ``tracer_provider``
+    (default: the global one); see :mod:`anarchon_core.telemetry`.
     """
 
     def __init__(
@@ -73,6 +83,8 @@ class Scheduler:
         history_retention: str | dt.timedelta = "7d",
         grace_ms: int = 10_000,
         enabled: bool | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        tracer_provider: TracerProvider | None = None,
         **job_defaults: Any,
     ) -> None:
         if backend is None:
@@ -100,6 +112,9 @@ class Scheduler:
         self._jobs: dict[str, Job] = {}
         self._engine: Engine | None = None
         self._lock = threading.Lock()
+        self.metrics_registry = metrics_registry
+        self.tracer_provider = tracer_provider
+        self._telemetry: Telemetry | None = None
 
     def __repr__(self) -> str:
         return (
@@ -259,8 +274,11 @@ class Scheduler:
 
     @property
     def stats(self) -> Mapping[str, int]:
-        """Counters of this instance since start (claims by outcome, runs by status…)."""
-        return dict(self._engine.stats) if self._engine else {}
+        """Counters of this instance since its last start (claims by outcome, runs by status…).
+
+        Kept after ``stop()`` until the next ``start()``.
+        """
+        return dict(self._telemetry.stats) if self._telemetry else {}
 
     async def start(self) -> None:
         """Start claiming slots on the running event loop.
@@ -272,6 +290,9 @@ class Scheduler:
             if self._engine is not None:
                 raise SchedulerStateError(f"{self!r} is already running: stop() it first")
             self._check_capabilities()
+            self._telemetry = Telemetry(
+                registry=self.metrics_registry, tracer_provider=self.tracer_provider
+            )
             engine = Engine(
                 self.backend,
                 self._jobs,
@@ -281,11 +302,15 @@ class Scheduler:
                     lease_ms=self.lease_ms,
                     history_retention_ms=self.history_retention_ms,
                     logger=logger,
+                    telemetry=self._telemetry,
                 ),
             )
             self._engine = engine
         if not self.enabled:
-            logger.info("anarchon disabled (ANARCHON_ENABLED=0 or enabled=False): not claiming")
+            logger.info(
+                "anarchon disabled (ANARCHON_ENABLED=0 or enabled=False): not claiming",
+                extra={"job": None, "slot": None, "attempt": None, "instance": self.instance_id},
+            )
             return
         try:
             await engine.start()

@@ -30,6 +30,8 @@ class Cluster:
     scheduler: dict[str, Any]
     jobs: list[dict[str, Any]]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: Workers dump their Prometheus samples and stats at stop (see :meth:`metrics`).
+    dump_metrics: bool = False
 
     @property
     def events_path(self) -> Path:
@@ -43,6 +45,8 @@ class Cluster:
             "scheduler": {**self.scheduler, **overrides},
             "jobs": self.jobs,
         }
+        if self.dump_metrics:
+            spec["metrics_out"] = str(self.metrics_path(instance_id))
         env = {**os.environ, "ANARCHON_TEST_SPEC": json.dumps(spec), "PYTHONUNBUFFERED": "1"}
         log = open(self.tmp / f"{instance_id}.log", "ab")  # noqa: SIM115 - closed by the child
         proc = subprocess.Popen([sys.executable, str(WORKER)], env=env, stdout=log, stderr=log)
@@ -92,6 +96,14 @@ class Cluster:
                 proc.kill()
                 proc.wait()
 
+    def metrics_path(self, instance_id: str) -> Path:
+        return self.tmp / f"{instance_id}.metrics.json"
+
+    def metrics(self, instance_id: str) -> dict[str, Any] | None:
+        """What a stopped worker dumped: ``{"stats": {...}, "samples": [...]}``, or None."""
+        path = self.metrics_path(instance_id)
+        return json.loads(path.read_text()) if path.exists() else None
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name} ---\n{p.read_text()[-4000:]}" for p in sorted(self.tmp.glob("*.log"))
@@ -111,9 +123,14 @@ class Cluster:
 
 @contextmanager
 def cluster(
-    backend: str, tmp: Path, *, jobs: list[dict[str, Any]], **scheduler: Any
+    backend: str,
+    tmp: Path,
+    *,
+    jobs: list[dict[str, Any]],
+    dump_metrics: bool = False,
+    **scheduler: Any,
 ) -> Iterator[Cluster]:
-    c = Cluster(backend, tmp, scheduler, jobs)
+    c = Cluster(backend, tmp, scheduler, jobs, dump_metrics=dump_metrics)
     try:
         yield c
     finally:

@@ -2,7 +2,9 @@
 
 Every handler appends JSON lines to the events file (``O_APPEND`` keeps lines whole
 across processes) so that the tests see what really executed, not only what the
-store recorded.
+store recorded. With ``metrics_out`` in the spec, a worker that stops writes its
+``anarchon_*`` Prometheus samples and its ``Scheduler.stats`` there as JSON (a killed
+worker writes nothing).
 """
 
 from __future__ import annotations
@@ -71,6 +73,22 @@ def make_handler(events: str, spec: dict[str, Any]) -> Any:
     return sync_handler
 
 
+def dump_metrics(path: str, scheduler: Scheduler) -> None:
+    """Write this process's ``anarchon_*`` samples and stats; atomically (rename)."""
+    from prometheus_client import REGISTRY
+
+    samples = [
+        {"name": sample.name, "labels": sample.labels, "value": sample.value}
+        for metric in REGISTRY.collect()
+        if metric.name.startswith("anarchon_")
+        for sample in metric.samples
+    ]
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as out:
+        json.dump({"stats": dict(scheduler.stats), "samples": samples}, out)
+    os.replace(tmp, path)
+
+
 def main() -> None:
     spec = json.loads(os.environ["ANARCHON_TEST_SPEC"])
     logging.basicConfig(
@@ -97,6 +115,8 @@ def main() -> None:
         emit(spec["events"], e="ready", instance=spec["instance_id"])
         await stop.wait()
         await scheduler.stop()
+        if spec.get("metrics_out"):
+            dump_metrics(spec["metrics_out"], scheduler)
         emit(spec["events"], e="stopped", instance=spec["instance_id"])
 
     asyncio.run(serve())
