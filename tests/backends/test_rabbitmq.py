@@ -523,13 +523,16 @@ async def test_wins_and_schedulers_survive_a_broker_restart(
     try:
         async with open_at(server.url) as store:
             slot = now_ms()
-            assert (await store.claim(request(slot, job="kept"))).outcome == Outcome.WON
+            # A horizon that outlasts a slow restart on a loaded machine: past it the
+            # answer would be EXPIRED, which says nothing about the kept win.
+            kept = request(slot, job="kept", horizon_ms=300_000)
+            assert (await store.claim(kept)).outcome == Outcome.WON
 
             async def restart() -> None:
                 await loop.run_in_executor(None, server.restart)
 
             await run_through_outage(url_with(server.url, margin="1s"), restart, caplog, 20)
-            again = await store.claim(request(slot, job="kept"))
+            again = await store.claim(request(slot, job="kept", horizon_ms=300_000))
             assert again.outcome == Outcome.TAKEN, "the win was kept across the restart"
     finally:
         await loop.run_in_executor(None, server.stop)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from prometheus_client import REGISTRY, CollectorRegistry
+from test_scheduler import wait_for
 
 from anarchon_core import MemoryBackend, RunContext, Scheduler, Status
 from anarchon_core.backend import Lease
@@ -30,15 +31,6 @@ ALLOWED_LABELS = {"job_name", "outcome", "status", "kind", "operation", "le"}
 
 def run(coro: Awaitable[Any]) -> Any:
     return asyncio.run(coro)  # type: ignore[arg-type]
-
-
-async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 async def history(backend: MemoryBackend, job: str | None = None) -> list[RunRecord]:
@@ -124,7 +116,7 @@ def test_counters_match_the_history_after_slots_and_one_takeover(
     records = run(history(backend))
     by = Counter((r.job, r.status) for r in records)
     assert by[("long", Status.INTERRUPTED)] == 1
-    assert by[("tick", Status.SUCCESS)] >= 10
+    assert by[("tick", Status.SUCCESS)] >= 3  # how many depends on the load; all are compared
     assert by[("flaky", Status.FAILED)] >= 3
     assert a.stats["lost_lease"] == 1
 
