@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-servers clean
+.PHONY: demo test test-django lint typecheck bench bench-servers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+	$(MAKE) test-django
+
+# The Django adapter's suite, once per database: a file SQLite database and PostgreSQL
+# (the local server, ANARCHON_TEST_POSTGRES_HOST/PORT/USER to change it).
+DJANGO_TEST := DJANGO_SETTINGS_MODULE=django_project.settings
+test-django: $(STAMP)
+	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=sqlite $(BIN)/python -m pytest tests/django
+	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=postgres $(BIN)/python -m pytest tests/django
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,328 @@
+"""The project-wide scheduler: a core ``Scheduler`` built from ``settings.ANARCHON``.
+
+Created on first use (``from anarchon_django import scheduler``), never at import of
+this package. Its store is built from the ``BACKEND`` URL only when first needed
+(starting, or an operation such as ``history()``), so defining jobs in ``jobs.py``
+during ``AppConfig.ready()`` neither imports the ORM backend nor opens a connection.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from anarchon_core import Scheduler
+from anarchon_core.backend import Backend
+from anarchon_core.backends import MemoryBackend, backend_from_url, mask_url
+from anarchon_core.context import RunContext
+from anarchon_core.errors import ConfigurationError
+from anarchon_core.job import Handler, Job, validate_option_keys
+from anarchon_core.names import validate_job_name
+from anarchon_core.schedules import Cron, Every, Schedule
+
+from .conf import AnarchonSettings, read_settings
+
+__all__ = ["DjangoScheduler", "JobDefinitionError", "get_scheduler", "reset_scheduler"]
+
+H = TypeVar("H", bound=Handler)
+
+#: Check ids of job definition errors (see :mod:`anarchon_django.checks`).
+BAD_JOB_NAME = "anarchon.E011"
+BAD_DURATION = "anarchon.E012"
+BAD_CRON = "anarchon.E013"
+BAD_ZONE = "anarchon.E014"
+BAD_OPTION = "anarchon.E015"
+DUPLICATE_JOB = "anarchon.E016"
+
+
+class JobDefinitionError(ConfigurationError):
+    """A job in a ``jobs.py`` is invalid; ``check_id`` is the system check that reports it."""
+
+    def __init__(self, check_id: str, message: str) -> None:
+        super().__init__(message)
+        self.check_id = check_id
+
+
+class _MisconfiguredBackend(MemoryBackend):
+    """Stands in for a store whose URL is invalid: every use raises the reason."""
+
+    name = "misconfigured"
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__()
+        self._url, self._reason = url, reason
+
+    async def open(self) -> None:
+        raise ConfigurationError(self._reason)
+
+    def describe(self) -> str:
+        return mask_url(self._url)
+
+
+_PLACEHOLDER = MemoryBackend()
+
+
+class DjangoScheduler(Scheduler):
+    """A core :class:`~anarchon_core.Scheduler` that Django projects define jobs on.
+
+    Differences from the core (nothing else): the store is built from its URL on first
+    use; every handler gets ``close_old_connections()`` before and after each run in
+    the thread that runs it; job definition errors carry a system check id; it
+    remembers which module defined each job and which ``cron()`` jobs took the default
+    zone (for the checks).
+    """
+
+    def __init__(self, backend_url: str, **kwargs: Any) -> None:
+        self._backend_url = backend_url
+        self._backend: Backend | None = None
+        super().__init__(_PLACEHOLDER, **kwargs)
+        #: job name -> the module that defined it
+        self.origins: dict[str, str] = {}
+        #: names of cron() jobs defined without ``tz`` (evaluated in UTC)
+        self.default_zone_jobs: list[str] = []
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            try:
+                self._backend = backend_from_url(self._backend_url)
+            except ConfigurationError as exc:
+                self._backend = _MisconfiguredBackend(self._backend_url, str(exc))
+        return self._backend
+
+    @backend.setter
+    def backend(self, value: Backend) -> None:
+        if value is not _PLACEHOLDER:
+            self._backend = value
+
+    @property
+    def backend_url(self) -> str:
+        """The URL the store is (or will be) built from."""
+        return self._backend_url
+
+    # -- definitions: classify errors, wrap handlers ----------------------------------
+    def add_job(self, name: str, schedule: Schedule, handler: Handler, **options: Any) -> Job:
+        module = str(getattr(handler, "__module__", None) or "?")
+        _classified(BAD_JOB_NAME, validate_job_name, name)
+        if name in self.jobs:
+            raise JobDefinitionError(
+                DUPLICATE_JOB,
+                f"job name {name!r} is defined twice: in {self.origins.get(name, '?')} and in "
+                f"{module}; job names must be unique in the project (they identify the job "
+                f"in the store)",
+            )
+        _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        job = super().add_job(name, schedule, close_connections(handler), **options)
+        self.origins[name] = module
+        return job
+
+    @overload
+    def every(
+        self,
+        name: str,
+        interval: str | dt.timedelta,
+        handler: None = None,
+        *,
+        offset: str | dt.timedelta | None = None,
+        **options: Any,
+    ) -> Callable[[H], H]: ...
+    @overload
+    def every(
+        self,
+        name: str,
+        interval: str | dt.timedelta,
+        handler: H,
+        *,
+        offset: str | dt.timedelta | None = None,
+        **options: Any,
+    ) -> Job: ...
+
+    def every(
+        self,
+        name: str,
+        interval: str | dt.timedelta,
+        handler: Handler | None = None,
+        *,
+        offset: str | dt.timedelta | None = None,
+        **options: Any,
+    ) -> Job | Callable[[H], H]:
+        """As :meth:`Scheduler.every`."""
+        _classified(BAD_JOB_NAME, validate_job_name, name)
+        _classified(BAD_DURATION, Every, interval, offset)
+        _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        if handler is None:
+            decorator: Callable[[H], H] = super().every(name, interval, offset=offset, **options)
+            return decorator
+        job: Job = super().every(name, interval, handler, offset=offset, **options)
+        return job
+
+    @overload
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: None = None,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        **options: Any,
+    ) -> Callable[[H], H]: ...
+    @overload
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: H,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        **options: Any,
+    ) -> Job: ...
+
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: Handler | None = None,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        **options: Any,
+    ) -> Job | Callable[[H], H]:
+        """As :meth:`Scheduler.cron`; without ``tz`` the zone is UTC (never ``TIME_ZONE``)."""
+        _classified(BAD_JOB_NAME, validate_job_name, name)
+        zone = "UTC" if tz is None else tz
+        _classified(BAD_ZONE, Cron, "* * * * *", zone)
+        _classified(BAD_CRON, Cron, expression, "UTC", day_or=day_or)
+        _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        if tz is None and name not in self.default_zone_jobs:
+            self.default_zone_jobs.append(name)
+        if handler is None:
+            decorator: Callable[[H], H] = super().cron(
+                name, expression, tz=zone, day_or=day_or, **options
+            )
+            return decorator
+        job: Job = super().cron(name, expression, handler, tz=zone, day_or=day_or, **options)
+        return job
+
+
+def _classified(check_id: str, validate: Callable[..., object], *args: Any, **kw: Any) -> None:
+    try:
+        validate(*args, **kw)
+    except JobDefinitionError:
+        raise
+    except ConfigurationError as exc:
+        raise JobDefinitionError(check_id, str(exc)) from None
+
+
+# -- database connections around each run ------------------------------------------------
+
+
+def _close_old_connections() -> None:
+    """``django.db.close_old_connections()``, except inside an atomic block.
+
+    A handler called inside a transaction (a test with the ``db`` fixture calling it)
+    keeps its connection: closing it would break that transaction.
+    """
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
+def _close_run_connections() -> None:
+    """After a run: close this thread's connections (except inside an atomic block).
+
+    Every run has threads of its own (a sync handler's worker thread, an async
+    handler's thread-sensitive context), which end with the run, so a connection left
+    open here could never be reused, whatever ``CONN_MAX_AGE`` says: it would only
+    linger until garbage collection.
+    """
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
+
+
+def _is_async(handler: object) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 - async callable objects
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def close_connections(handler: Handler) -> Handler:
+    """Wrap ``handler``: stale connections are closed before a run, its own after it.
+
+    Sync handlers run in a worker thread of their own: the closing happens there.
+    Async handlers run inside their own :class:`asgiref.sync.ThreadSensitiveContext`,
+    so the ORM calls of one run (``sync_to_async`` / the async ORM) share one thread
+    of that run, and the closing happens in that thread.
+    """
+    if _is_async(handler):
+        from asgiref.sync import ThreadSensitiveContext, sync_to_async
+
+        @functools.wraps(handler)
+        async def run_async(ctx: RunContext) -> Any:
+            async with ThreadSensitiveContext():
+                await sync_to_async(_close_old_connections, thread_sensitive=True)()
+                try:
+                    return await handler(ctx)
+                finally:
+                    await sync_to_async(_close_run_connections, thread_sensitive=True)()
+
+        return run_async
+
+    @functools.wraps(handler)
+    def run_sync(ctx: RunContext) -> Any:
+        _close_old_connections()
+        try:
+            return handler(ctx)
+        finally:
+            _close_run_connections()
+
+    return run_sync
+
+
+# -- the project's scheduler ------------------------------------------------------------
+
+_lock = threading.Lock()
+_current: DjangoScheduler | None = None
+
+
+def current_settings() -> AnarchonSettings:
+    """``settings.ANARCHON`` validated (problems included, never raising)."""
+    from django.conf import settings
+
+    return read_settings(getattr(settings, "ANARCHON", None), settings.DATABASES)
+
+
+def build_scheduler(conf: AnarchonSettings) -> DjangoScheduler:
+    """A new scheduler from validated settings (bad values already fell back to defaults)."""
+    url = conf.backend
+    backend_problems = [p for p in conf.problems if p.id in ("anarchon.E003", "anarchon.E004")]
+    scheduler = DjangoScheduler(url, **conf.scheduler_kwargs())
+    if backend_problems:
+        scheduler.backend = _MisconfiguredBackend(url, backend_problems[0].msg)
+    return scheduler
+
+
+def get_scheduler() -> DjangoScheduler:
+    """The project's scheduler, created from the settings on first call."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = build_scheduler(current_settings())
+        return _current
+
+
+def reset_scheduler(new: DjangoScheduler | None = None) -> DjangoScheduler | None:
+    """Replace the project's scheduler (tests); returns the previous one."""
+    global _current
+    with _lock:
+        old, _current = _current, new
+        return old

@@ -1,0 +1,306 @@
+"""The Django ORM backend: ``django://ALIAS``, a lease backend on the project's database.
+
+Registered in the ``anarchon.backends`` entry-point group, so the core factory builds
+it from a URL (``anarchon history --backend django://default`` with
+``DJANGO_SETTINGS_MODULE`` set) without the core importing Django.
+
+The store is the core SQL backends' layout, created by this app's migrations
+(:mod:`anarchon_django.models`), and the decisions are theirs: on SQLite the core
+SQLite backend's, under SQLite's write lock (:mod:`._orm_sqlite`); on PostgreSQL the
+core PostgreSQL backend's statements, one round trip each (:mod:`._orm_postgres`).
+They run as raw SQL on a Django connection of their own, held by a dedicated thread
+(:mod:`._orm_thread`), in autocommit, never inside an outer ``atomic`` block.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from anarchon_core.backend import (
+    SCHEMA_VERSION,
+    Backend,
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    DueRun,
+    InstanceInfo,
+    Lease,
+    TakeoverRequest,
+)
+from anarchon_core.backends import mask_url
+from anarchon_core.errors import BackendError, ConfigurationError, SchemaVersionError
+from anarchon_core.records import HistoryQuery, RunRecord, Status
+
+if TYPE_CHECKING:
+    from ._orm_thread import Worker
+
+__all__ = ["DjangoBackend"]
+
+DEFAULT_ALIAS = "default"
+#: The tables the migrations create (``manage.py migrate anarchon_django``).
+TABLES = (
+    "anarchon_meta",
+    "anarchon_runs",
+    "anarchon_attempts",
+    "anarchon_jobs",
+    "anarchon_instances",
+)
+_VENDORS = ("sqlite", "postgresql")
+
+
+class DjangoBackend(Backend):
+    """A lease backend on the Django database ``alias`` (PostgreSQL or SQLite).
+
+    Construct it before or after Django is set up: the alias is checked (and Django set
+    up from ``DJANGO_SETTINGS_MODULE`` if needed) when it is known, at the latest at
+    :meth:`open`. Use it from one event loop, as every backend.
+    """
+
+    capabilities = Capabilities(lease=True, store_clock=True, finish=True)
+    name = "django"
+
+    def __init__(self, alias: str = DEFAULT_ALIAS) -> None:
+        if not isinstance(alias, str) or not alias:
+            raise ConfigurationError(f"Django database alias {alias!r} is not valid")
+        self.alias = alias
+        self._store: Backend | None = None
+        self._worker: Worker | None = None
+        if _django_ready(setup=False):
+            _check_alias(alias)
+
+    @classmethod
+    def from_url(cls, url: str) -> DjangoBackend:
+        """``django://ALIAS`` (``django://`` alone: ``default``); sets Django up if needed."""
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            parts = None
+        if (
+            parts is None
+            or parts.scheme != "django"
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+            or parts.username is not None
+        ):
+            raise ConfigurationError(
+                f"Django backend URL {mask_url(url)!r} is not valid: use 'django://ALIAS', "
+                f"ALIAS a key of settings.DATABASES (default: 'default')"
+            )
+        _django_ready(setup=True)
+        return cls(parts.netloc or DEFAULT_ALIAS)
+
+    def describe(self) -> str:
+        where = f"django://{self.alias}"
+        if not _django_ready(setup=False):
+            return where
+        from django.db import connections
+
+        try:
+            settings = connections.settings[self.alias]
+        except KeyError:  # unknown alias: open() says so
+            return where
+        vendor = connections[self.alias].vendor  # a wrapper object; no connection is made
+        return f"{where} ({vendor} {settings.get('NAME') or ''})".replace(" )", ")")
+
+    # -- life cycle --------------------------------------------------------------
+    async def open(self) -> None:
+        """Check the database and the migrated tables; start the backend's thread.
+
+        :raises ConfigurationError: Django is not configured, the alias is unknown, the
+            database is neither PostgreSQL nor SQLite, or the tables are missing.
+        :raises SchemaVersionError: the store was written by a newer anarchon.
+        :raises BackendUnavailable: the database cannot be reached.
+        """
+        if self._store is not None:
+            return
+        if not _django_ready(setup=True):
+            raise ConfigurationError(
+                f"{self.describe()}: Django is not set up: set DJANGO_SETTINGS_MODULE "
+                f"(or call django.setup()) before opening the Django ORM backend"
+            )
+        _check_alias(self.alias)
+        from django.db import connections
+
+        from ._orm_thread import Worker
+
+        settings = connections.settings[self.alias]
+        vendor = connections[self.alias].vendor
+        if vendor not in _VENDORS:
+            raise ConfigurationError(
+                f"{self.describe()}: the Django ORM backend supports PostgreSQL and SQLite, "
+                f"not {vendor!r}"
+            )
+        worker = Worker(self.alias, self.describe())
+        store: Backend
+        try:
+            await worker.call(_check_layout)
+            if vendor == "postgresql":
+                store = _postgres_store(worker, self.describe())
+            else:
+                from ._orm_sqlite import OrmSqliteStore
+
+                store = OrmSqliteStore(worker, settings)
+            await store.open()
+        except BaseException:
+            await worker.close()
+            raise
+        self._store, self._worker = store, worker
+
+    async def close(self) -> None:
+        store, worker = self._store, self._worker
+        self._store = self._worker = None
+        if store is None or worker is None:
+            return
+        try:
+            await store.close()
+        finally:
+            await worker.close()
+
+    @property
+    def _open(self) -> Backend:
+        store = self._store
+        if store is None:
+            raise BackendError(f"{self.describe()} is not open: await open() first")
+        return store
+
+    # -- the contract, answered by the vendor's store --------------------------------
+    async def now_ms(self) -> int:
+        return await self._open.now_ms()
+
+    async def claim(self, request: ClaimRequest) -> Claim:
+        return await self._open.claim(request)
+
+    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
+        return await self._open.heartbeat(leases, lease_ms)
+
+    async def finish(
+        self,
+        lease: Lease,
+        status: Status,
+        *,
+        error: str | None = None,
+        meta: dict[str, Any] | None = None,
+        retry_in_ms: int | None = None,
+    ) -> bool:
+        return await self._open.finish(
+            lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms
+        )
+
+    async def release(self, lease: Lease) -> bool:
+        return await self._open.release(lease)
+
+    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
+        return await self._open.due_runs(jobs)
+
+    async def take_over(self, request: TakeoverRequest) -> Claim:
+        return await self._open.take_over(request)
+
+    async def last_scheduled_slot(self, job: str) -> int | None:
+        return await self._open.last_scheduled_slot(job)
+
+    async def history(self, query: HistoryQuery) -> list[RunRecord]:
+        return await self._open.history(query)
+
+    async def prune(self, older_than_ms: int) -> int:
+        return await self._open.prune(older_than_ms)
+
+    async def set_paused(self, job: str, paused: bool) -> None:
+        await self._open.set_paused(job, paused)
+
+    async def paused_jobs(self) -> set[str]:
+        return await self._open.paused_jobs()
+
+    async def trigger(self, job: str, requested_by: str) -> int:
+        return await self._open.trigger(job, requested_by)
+
+    async def cancel(self, job: str, slot: int) -> bool:
+        return await self._open.cancel(job, slot)
+
+    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
+        await self._open.register(info, ttl_ms)
+
+    async def unregister(self, instance_id: str) -> None:
+        await self._open.unregister(instance_id)
+
+    async def instances(self) -> list[InstanceInfo]:
+        return await self._open.instances()
+
+
+def _postgres_store(worker: Worker, describe: str) -> Backend:
+    """The core's statements are rendered with psycopg 3, whatever driver Django uses."""
+    try:
+        from ._orm_postgres import OrmPostgresStore
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{describe}: the Django ORM backend on PostgreSQL needs psycopg 3: "
+            f"pip install 'anarchon[postgres]' ({exc})"
+        ) from exc
+    return OrmPostgresStore(worker)
+
+
+# -- Django set-up ---------------------------------------------------------------------
+def _django_ready(*, setup: bool) -> bool:
+    """Whether Django's apps are loaded; with ``setup``, load them from the environment.
+
+    ``django.setup()`` is called only when nothing is loading them already (it is not
+    reentrant) and settings are known: a CLI process given ``DJANGO_SETTINGS_MODULE``.
+    """
+    from django.apps import apps
+
+    if apps.ready:
+        return True
+    if not setup or apps.loading:
+        return False
+    from django.conf import ENVIRONMENT_VARIABLE, settings
+
+    if not (os.environ.get(ENVIRONMENT_VARIABLE) or settings.configured):
+        return False
+    import django
+
+    django.setup()
+    return apps.ready
+
+
+def _check_alias(alias: str) -> None:
+    from django.db import connections
+
+    if alias not in connections.settings:
+        known = ", ".join(repr(name) for name in connections.settings) or "none"
+        raise ConfigurationError(
+            f"django://{alias}: {alias!r} is not a database of settings.DATABASES "
+            f"(configured: {known})"
+        )
+
+
+def _check_layout(conn: Any) -> None:
+    """On the backend's thread: the migrated tables exist; the version is known, or set."""
+    missing = sorted(set(TABLES) - set(conn.introspection.table_names()))
+    if missing:
+        raise ConfigurationError(
+            f"django://{conn.alias}: the anarchon tables {', '.join(missing)} do not exist: "
+            f"run 'manage.py migrate anarchon_django'"
+        )
+    with conn.cursor() as cur:
+        # Recorded once by the first open (a flush of the tables forgets it: set again).
+        cur.execute(
+            "INSERT INTO anarchon_meta (key, value) VALUES ('schema_version', %s) "
+            "ON CONFLICT (key) DO NOTHING",
+            [str(SCHEMA_VERSION)],
+        )
+        cur.execute("SELECT value FROM anarchon_meta WHERE key = 'schema_version'")
+        row = cur.fetchone()
+    try:
+        version = int(row[0])
+    except (TypeError, ValueError):
+        raise BackendError(
+            f"django://{conn.alias}: the store's schema version {row!r} is unreadable"
+        ) from None
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"django://{conn.alias}: the store holds schema version {version}, newer than "
+            f"version {SCHEMA_VERSION} known to this anarchon: upgrade anarchon to use it"
+        )

@@ -1,0 +1,232 @@
+"""The ``ANARCHON = {...}`` setting: read, validated, and mapped onto ``Scheduler(...)``.
+
+Reading never raises: each bad value becomes a :class:`Problem` (reported by the
+system checks in :mod:`anarchon_django.checks`) and the key falls back to its default,
+so that ``manage.py check`` can list every problem at once. ``manage.py anarchon run``
+runs the checks first and refuses to start on any error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from anarchon_core.backends import backend_from_url, mask_url
+from anarchon_core.durations import parse_duration_ms
+from anarchon_core.errors import ConfigurationError
+from anarchon_core.names import JOB_NAME_FORM, validate_namespace
+
+__all__ = ["DEFAULTS", "AnarchonSettings", "Problem", "read_settings"]
+
+#: Every accepted key and its default (SPEC §8 "Defaults and bounds").
+DEFAULTS: dict[str, Any] = {
+    "BACKEND": "django://default",
+    "NAMESPACE": None,
+    "AUTODISCOVER": "jobs",
+    "IMPORT_PATHS": [],
+    "INSTANCE_ID": None,
+    "JITTER_MS": 500,
+    "HEARTBEAT_MS": 2000,
+    "LEASE_MS": None,
+    "CATCH_UP": "none",
+    "HISTORY_RETENTION": "7d",
+    "GRACE_MS": 10_000,
+    "ENABLED": None,
+}
+
+CATCH_UP_CHOICES = ("none", "latest", "all")
+_MODULE = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One bad setting: becomes a ``django.core.checks`` message with ``id``."""
+
+    id: str
+    msg: str
+    hint: str | None = None
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class AnarchonSettings:
+    """The validated settings (defaults where a value was bad or missing)."""
+
+    backend: str = "django://default"
+    namespace: str | None = None
+    autodiscover: str | None = "jobs"
+    import_paths: tuple[str, ...] = ()
+    instance_id: str | None = None
+    jitter_ms: int = 500
+    heartbeat_ms: int = 2000
+    lease_ms: int | None = None
+    catch_up: str = "none"
+    history_retention: str | dt.timedelta = "7d"
+    grace_ms: int = 10_000
+    enabled: bool | None = None
+    problems: tuple[Problem, ...] = field(default=(), compare=False)
+
+    @property
+    def django_alias(self) -> str | None:
+        """The database alias of a ``django://ALIAS`` backend, else ``None``."""
+        if self.backend.startswith("django://"):
+            return self.backend[len("django://") :].split("?", 1)[0].strip("/") or "default"
+        return None
+
+    def scheduler_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``anarchon_core.Scheduler`` (besides the backend)."""
+        return {
+            "namespace": self.namespace,
+            "instance_id": self.instance_id,
+            "heartbeat_ms": self.heartbeat_ms,
+            "lease_ms": self.lease_ms,
+            "history_retention": self.history_retention,
+            "grace_ms": self.grace_ms,
+            "enabled": self.enabled,
+            "jitter_ms": self.jitter_ms,
+            "catch_up": self.catch_up,
+        }
+
+
+def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> AnarchonSettings:
+    """Validate ``settings.ANARCHON`` (``raw``); ``databases`` is ``settings.DATABASES``."""
+    problems: list[Problem] = []
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        problems.append(
+            Problem(
+                "anarchon.E001",
+                f"ANARCHON = {raw!r} is not valid: it must be a dict",
+                'e.g. ANARCHON = {"BACKEND": "django://default", "JITTER_MS": 500}',
+            )
+        )
+        return AnarchonSettings(problems=tuple(problems))
+    for key in raw:
+        if key not in DEFAULTS:
+            close = difflib.get_close_matches(str(key).upper(), list(DEFAULTS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(
+                Problem(
+                    "anarchon.E002",
+                    f"ANARCHON has an unknown key {key!r}",
+                    f"{hint}accepted keys: {', '.join(DEFAULTS)}",
+                )
+            )
+    values: dict[str, Any] = {}
+
+    def bad(key: str, form: str) -> None:
+        problems.append(
+            Problem(
+                "anarchon.E005",
+                f"ANARCHON[{key!r}] = {raw[key]!r} is not valid",
+                f"give {form} (default: {DEFAULTS[key]!r})",
+            )
+        )
+
+    def given(key: str) -> bool:
+        return key in raw
+
+    if given("BACKEND"):
+        backend = raw["BACKEND"]
+        problem = _check_backend(backend, databases)
+        if problem is not None:
+            problems.append(problem)
+        # Kept even when bad: the scheduler then refuses to open it (with the reason),
+        # and the subcommands' default --backend fails on it instead of another store.
+        values["backend"] = backend if isinstance(backend, str) else repr(backend)
+    if given("NAMESPACE"):
+        try:
+            values["namespace"] = validate_namespace(raw["NAMESPACE"])
+        except ConfigurationError:
+            bad("NAMESPACE", f"None or a name of {JOB_NAME_FORM}")
+    if given("AUTODISCOVER"):
+        value = raw["AUTODISCOVER"]
+        if value is None or value is False:
+            values["autodiscover"] = None
+        elif isinstance(value, str) and _MODULE.fullmatch(value):
+            values["autodiscover"] = value
+        else:
+            bad("AUTODISCOVER", "a module name looked up in every installed app, or False")
+    if given("IMPORT_PATHS"):
+        value = raw["IMPORT_PATHS"]
+        if isinstance(value, list | tuple) and all(
+            isinstance(v, str) and _MODULE.fullmatch(v) for v in value
+        ):
+            values["import_paths"] = tuple(value)
+        else:
+            bad("IMPORT_PATHS", 'a list of dotted module paths, e.g. ["myproject.jobs"]')
+    if given("INSTANCE_ID"):
+        value = raw["INSTANCE_ID"]
+        if value is None or (isinstance(value, str) and value.strip()):
+            values["instance_id"] = value
+        else:
+            bad("INSTANCE_ID", "None (hostname:pid:random) or a non-empty string")
+    for key, minimum in (("JITTER_MS", 0), ("HEARTBEAT_MS", 1), ("GRACE_MS", 0)):
+        if given(key):
+            if _is_int(raw[key]) and raw[key] >= minimum:
+                values[key.lower()] = raw[key]
+            else:
+                bad(key, f"an int of milliseconds >= {minimum}")
+    heartbeat = values.get("heartbeat_ms", DEFAULTS["HEARTBEAT_MS"])
+    if given("LEASE_MS"):
+        value = raw["LEASE_MS"]
+        if value is None:
+            pass
+        elif not _is_int(value) or value < 2 * heartbeat:
+            bad("LEASE_MS", "None (3 × HEARTBEAT_MS) or an int of ms >= 2 × HEARTBEAT_MS")
+        else:
+            values["lease_ms"] = value
+    if given("CATCH_UP"):
+        if raw["CATCH_UP"] in CATCH_UP_CHOICES:
+            values["catch_up"] = raw["CATCH_UP"]
+        else:
+            bad("CATCH_UP", "one of " + ", ".join(map(repr, CATCH_UP_CHOICES)))
+    if given("HISTORY_RETENTION"):
+        try:
+            parse_duration_ms(raw["HISTORY_RETENTION"], what="HISTORY_RETENTION")
+            values["history_retention"] = raw["HISTORY_RETENTION"]
+        except ConfigurationError:
+            bad("HISTORY_RETENTION", 'a duration such as "7d", "12h", "1d12h" or a timedelta')
+    if given("ENABLED"):
+        if raw["ENABLED"] is None or isinstance(raw["ENABLED"], bool):
+            values["enabled"] = raw["ENABLED"]
+        else:
+            bad("ENABLED", "True, False or None (None: $ANARCHON_ENABLED, default on)")
+    return AnarchonSettings(**values, problems=tuple(problems))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_backend(url: object, databases: Mapping[str, Any] | None) -> Problem | None:
+    form = '"django://ALIAS" (a key of DATABASES) or a store URL such as "postgresql://…"'
+    if not isinstance(url, str):
+        return Problem(
+            "anarchon.E003", f"ANARCHON['BACKEND'] = {url!r} is not valid", f"give {form}"
+        )
+    if url.startswith("django://"):
+        alias = AnarchonSettings(backend=url).django_alias
+        if databases is not None and alias not in databases:
+            known = ", ".join(map(repr, databases)) or "none"
+            return Problem(
+                "anarchon.E004",
+                f"ANARCHON['BACKEND'] = {url!r} names the database alias {alias!r}, "
+                f"which is not in DATABASES",
+                f"use one of the aliases in DATABASES ({known}), e.g. 'django://default'",
+            )
+        return None
+    try:
+        backend_from_url(url)  # builds the adapter only: no connection is opened
+    except ConfigurationError as exc:
+        return Problem(
+            "anarchon.E003",
+            f"ANARCHON['BACKEND'] = {mask_url(url)!r} is not valid: {exc}",
+            f"give {form}",
+        )
+    return None

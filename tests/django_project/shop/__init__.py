@@ -1,0 +1,1 @@
+"""A test app whose jobs.py the autodiscovery imports."""

@@ -1,0 +1,63 @@
+"""The shop app's jobs: discovered by ``anarchon_django`` because the app is installed.
+
+Without ``$ANARCHON_TEST_JOBS`` it defines two example jobs. The process tests set it
+to a JSON list of ``{"name", "every", "sleep_s", "kind", "orm"}`` specs (as in
+``tests/multiprocess/worker.py``, whose handlers append to ``$ANARCHON_TEST_EVENTS``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from anarchon_core import RunContext
+from anarchon_django import scheduler
+
+SPECS: list[dict[str, Any]] = json.loads(os.environ.get("ANARCHON_TEST_JOBS", "null") or "null")
+
+
+def _orm_query() -> int:
+    from django.contrib.contenttypes.models import ContentType
+
+    return ContentType.objects.count()
+
+
+def _define(spec: dict[str, Any]) -> None:
+    from multiprocess.worker import make_handler
+
+    inner = make_handler(os.environ["ANARCHON_TEST_EVENTS"], spec)
+    if not spec.get("orm"):
+        scheduler.every(spec["name"], spec["every"], inner, **spec.get("options", {}))
+        return
+    if spec.get("kind") == "async":
+        from asgiref.sync import sync_to_async
+
+        async def with_orm_async(ctx: RunContext) -> None:
+            await sync_to_async(_orm_query)()
+            await inner(ctx)
+
+        scheduler.every(spec["name"], spec["every"], with_orm_async, **spec.get("options", {}))
+        return
+
+    def with_orm(ctx: RunContext) -> None:
+        _orm_query()
+        inner(ctx)
+
+    scheduler.every(spec["name"], spec["every"], with_orm, **spec.get("options", {}))
+
+
+if SPECS is None:
+
+    @scheduler.every("shop.sync", "10m", jitter_ms=2000)
+    def sync_orders(ctx: RunContext) -> None:
+        """Counts rows through the ORM: the connection is fresh in every run."""
+        _orm_query()
+
+    @scheduler.cron("shop.nightly", "0 3 * * *", tz="Europe/Athens", timeout_ms=3_600_000)
+    def nightly(ctx: RunContext) -> None:
+        pass
+
+else:
+    for _spec in SPECS:
+        _define(_spec)
