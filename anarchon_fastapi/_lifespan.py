@@ -1,0 +1,194 @@
+"""The lifespan that runs a :class:`~anarchon_core.Scheduler` inside a FastAPI app."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import re
+import socket
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Annotated, Any, cast
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+
+from anarchon_core import Backend, ConfigurationError, Scheduler
+from anarchon_core.scheduler import default_instance_id
+
+__all__ = ["STATE_KEY", "SchedulerDep", "get_scheduler", "lifespan"]
+
+logger = logging.getLogger("anarchon.fastapi")
+
+#: The name of the scheduler in ``app.state`` and in the lifespan state (``request.state``).
+STATE_KEY = "anarchon"
+#: Where the lifespan keeps the store handle that the router's API reads through.
+STORE_KEY = "anarchon_store"
+
+#: How long the hand-over itself (lease release, leaving the registry, closing the
+#: store) may take after ``grace_ms`` before the lifespan stops waiting for it. Leases
+#: that were not released then simply expire, and a backup takes the run over.
+HANDOVER_MARGIN_S = 3.0
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Mapping[str, Any] | None]]
+
+
+class SharedStore:
+    """The scheduler's store as the router's API uses it, for one app.
+
+    While the scheduler runs (enabled), its backend is open and used concurrently by the
+    engine's loops on this event loop; every backend is made for that, so the API
+    borrows it and never opens or closes it. A disabled scheduler (``ANARCHON_ENABLED=0``)
+    never opens its backend: then the first request opens it and the lifespan closes it.
+    Either way the API reads the one shared store, whichever worker serves the request.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self._lock = asyncio.Lock()
+        self._owned = False
+        self.backend = cast(Backend, _BorrowedBackend(self))
+
+    def _borrowing(self) -> bool:
+        return self.scheduler.running and self.scheduler.enabled
+
+    async def ready(self) -> None:
+        if self._borrowing():
+            return
+        async with self._lock:
+            await self.scheduler.backend.open()  # idempotent
+            self._owned = True
+
+    async def aclose(self) -> None:
+        if self._owned and not self._borrowing():
+            self._owned = False
+            await self.scheduler.backend.close()
+
+
+class _BorrowedBackend:
+    """Forwards to the scheduler's backend; ``open``/``close`` are the store's business."""
+
+    def __init__(self, store: SharedStore) -> None:
+        self._store = store
+
+    async def open(self) -> None:
+        await self._store.ready()
+
+    async def close(self) -> None:
+        """The lifespan closes what it opened; the engine closes its own backend."""
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store.scheduler.backend, name)
+        if not inspect.iscoroutinefunction(value):
+            return value
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await self._store.ready()
+            return await getattr(self._store.scheduler.backend, name)(*args, **kwargs)
+
+        return call
+
+
+def lifespan(
+    scheduler: Scheduler, *, inner: Lifespan | None = None, grace_ms: int | None = None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[dict[str, Any]]]:
+    """A lifespan for ``FastAPI(lifespan=…)`` (or ``APIRouter(lifespan=…)``) that runs
+    ``scheduler``.
+
+    Start-up: the app's own lifespan ``inner`` first (so that the pools the handlers use
+    exist), then ``scheduler.start()``. The scheduler is then ``app.state.anarchon`` and
+    ``request.state.anarchon`` (the lifespan state, merged with ``inner``'s). Shut-down:
+    ``scheduler.stop(grace_ms)`` first (stop claiming, wait up to ``grace_ms`` for runs
+    in flight, hand the rest over to a backup at once), bounded by ``grace_ms`` plus
+    :data:`HANDOVER_MARGIN_S`, then ``inner``'s shut-down; ``app.state.anarchon`` is
+    removed. ``grace_ms`` defaults to the scheduler's (10 s unless set).
+
+    Starting a scheduler that already runs in this process (two apps, or the lifespan
+    given twice) raises :class:`~anarchon_core.SchedulerStateError`.
+    """
+    if not isinstance(scheduler, Scheduler):
+        raise ConfigurationError(
+            f"lifespan({scheduler!r}) is not valid: give an anarchon_core.Scheduler"
+        )
+    if grace_ms is not None and (
+        isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0
+    ):
+        raise ConfigurationError(
+            f"grace_ms = {grace_ms!r} is not valid: give milliseconds as an int >= 0"
+        )
+    if inner is not None and not callable(inner):
+        raise ConfigurationError(
+            f"inner = {inner!r} is not valid: give the app's lifespan, a function of the app "
+            f"returning an async context manager"
+        )
+
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        async with _inner(inner, app) as inner_state:
+            _renew_forked_instance_id(scheduler)
+            await scheduler.start()
+            store = SharedStore(scheduler)
+            setattr(app.state, STATE_KEY, scheduler)
+            setattr(app.state, STORE_KEY, store)
+            try:
+                yield {**(inner_state or {}), STATE_KEY: scheduler, STORE_KEY: store}
+            finally:
+                try:
+                    await _stop(scheduler, scheduler.grace_ms if grace_ms is None else grace_ms)
+                finally:
+                    await store.aclose()
+                    for key in (STATE_KEY, STORE_KEY):
+                        if getattr(app.state, key, None) is not None:
+                            delattr(app.state, key)
+
+    return run
+
+
+@asynccontextmanager
+async def _inner(inner: Lifespan | None, app: FastAPI) -> AsyncIterator[Mapping[str, Any] | None]:
+    if inner is None:
+        yield None
+        return
+    async with inner(app) as state:
+        yield state
+
+
+def _renew_forked_instance_id(scheduler: Scheduler) -> None:
+    """A default instance id names the pid that built the scheduler. Built before a fork
+    (``gunicorn --preload``), every worker would share it: give this process its own.
+    (``uvicorn --workers`` spawns, so each worker builds its own scheduler anyway.)"""
+    if scheduler.running:
+        return  # start() raises the usual error
+    found = re.fullmatch(r"(.+):([0-9]+):[0-9a-f]{6}", scheduler.instance_id)
+    if found and found[1] == socket.gethostname() and int(found[2]) != os.getpid():
+        scheduler.configure(instance_id=default_instance_id())
+
+
+async def _stop(scheduler: Scheduler, grace_ms: int) -> None:
+    try:
+        async with asyncio.timeout(grace_ms / 1000 + HANDOVER_MARGIN_S):
+            await scheduler.stop(grace_ms)
+    except TimeoutError:
+        logger.warning(
+            "anarchon: the hand-over did not finish within grace_ms=%d + %.0fs; "
+            "leases not released expire on their own and a backup takes the runs over",
+            grace_ms,
+            HANDOVER_MARGIN_S,
+        )
+
+
+def get_scheduler(request: Request) -> Scheduler:
+    """The app's scheduler (``Depends(get_scheduler)``); 503 outside ``lifespan(...)``."""
+    found = getattr(request.state, STATE_KEY, None) or getattr(request.app.state, STATE_KEY, None)
+    if not isinstance(found, Scheduler):
+        raise HTTPException(
+            503,
+            "anarchon is not running in this app: give FastAPI(lifespan=lifespan(scheduler)) "
+            "(or APIRouter(lifespan=…)) from anarchon_fastapi",
+        )
+    return found
+
+
+#: ``async def endpoint(scheduler: SchedulerDep): ...``
+SchedulerDep = Annotated[Scheduler, Depends(get_scheduler)]
