@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import inspect
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from anarchon_core import Scheduler
@@ -25,6 +26,7 @@ from anarchon_core.names import validate_job_name
 from anarchon_core.schedules import Cron, Every, Schedule
 
 from .conf import AnarchonSettings, read_settings
+from .tasks import EnqueueableTask, enqueue_handler
 
 __all__ = ["DjangoScheduler", "JobDefinitionError", "get_scheduler", "reset_scheduler"]
 
@@ -105,9 +107,22 @@ class DjangoScheduler(Scheduler):
         return self._backend_url
 
     # -- definitions: classify errors, wrap handlers ----------------------------------
-    def add_job(self, name: str, schedule: Schedule, handler: Handler, **options: Any) -> Job:
-        module = str(getattr(handler, "__module__", None) or "?")
+    def add_job(
+        self,
+        name: str,
+        schedule: Schedule,
+        handler: Handler | None = None,
+        *,
+        task: EnqueueableTask | None = None,
+        task_args: Sequence[Any] = (),
+        task_kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Job:
+        """As :meth:`Scheduler.add_job`; or, given ``task=``, a job that enqueues it per slot."""
         _classified(BAD_JOB_NAME, validate_job_name, name)
+        if handler is None or task is not None or task_args or task_kwargs is not None:
+            handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
+        module = str(getattr(handler, "__module__", None) or "?")
         if name in self.jobs:
             raise JobDefinitionError(
                 DUPLICATE_JOB,
@@ -120,6 +135,46 @@ class DjangoScheduler(Scheduler):
         self.origins[name] = module
         return job
 
+    def _task_handler(
+        self,
+        name: str,
+        handler: Handler | None,
+        task: EnqueueableTask | None,
+        task_args: Sequence[Any],
+        task_kwargs: Mapping[str, Any] | None,
+        *,
+        depth: int,
+    ) -> Handler:
+        """The handler that enqueues ``task`` (see :mod:`anarchon_django.tasks`).
+
+        Its ``__module__`` is that of the frame ``depth`` levels up from here (the code
+        that called ``every()``/``cron()``/``add_job()``): the module defining the job,
+        as the checks report it, not the task's.
+        """
+        if handler is not None and task is not None:
+            raise JobDefinitionError(
+                BAD_OPTION,
+                f"job {name!r}: give a handler or task=, not both (handler "
+                f"{getattr(handler, '__qualname__', handler)!r}, task="
+                f"{getattr(getattr(task, 'func', None), '__qualname__', None) or task!r})",
+            )
+        if task is None:
+            raise JobDefinitionError(
+                BAD_OPTION,
+                f"job {name!r}: task_args and task_kwargs need task=: give the task they "
+                f"are passed to"
+                if task_args or task_kwargs is not None
+                else f"job {name!r}: give a handler (a function taking ctx) or task=",
+            )
+        try:
+            made = enqueue_handler(task, args=task_args, kwargs=task_kwargs, name=name)
+        except ConfigurationError as exc:
+            raise JobDefinitionError(BAD_OPTION, str(exc)) from None
+        caller = sys._getframe(depth).f_globals.get("__name__")
+        if caller:
+            made.__module__ = str(caller)
+        return made
+
     @overload
     def every(
         self,
@@ -128,6 +183,7 @@ class DjangoScheduler(Scheduler):
         handler: None = None,
         *,
         offset: str | dt.timedelta | None = None,
+        task: None = None,
         **options: Any,
     ) -> Callable[[H], H]: ...
     @overload
@@ -140,6 +196,19 @@ class DjangoScheduler(Scheduler):
         offset: str | dt.timedelta | None = None,
         **options: Any,
     ) -> Job: ...
+    @overload
+    def every(
+        self,
+        name: str,
+        interval: str | dt.timedelta,
+        handler: None = None,
+        *,
+        offset: str | dt.timedelta | None = None,
+        task: EnqueueableTask,
+        task_args: Sequence[Any] = (),
+        task_kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Job: ...
 
     def every(
         self,
@@ -148,12 +217,17 @@ class DjangoScheduler(Scheduler):
         handler: Handler | None = None,
         *,
         offset: str | dt.timedelta | None = None,
+        task: EnqueueableTask | None = None,
+        task_args: Sequence[Any] = (),
+        task_kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job | Callable[[H], H]:
-        """As :meth:`Scheduler.every`."""
+        """As :meth:`Scheduler.every`; ``task=`` (a ``django.tasks`` task) enqueues it per slot."""
         _classified(BAD_JOB_NAME, validate_job_name, name)
         _classified(BAD_DURATION, Every, interval, offset)
         _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        if task is not None or task_args or task_kwargs is not None:
+            handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
         if handler is None:
             decorator: Callable[[H], H] = super().every(name, interval, offset=offset, **options)
             return decorator
@@ -169,6 +243,7 @@ class DjangoScheduler(Scheduler):
         *,
         tz: str | None = None,
         day_or: bool = True,
+        task: None = None,
         **options: Any,
     ) -> Callable[[H], H]: ...
     @overload
@@ -182,6 +257,20 @@ class DjangoScheduler(Scheduler):
         day_or: bool = True,
         **options: Any,
     ) -> Job: ...
+    @overload
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: None = None,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        task: EnqueueableTask,
+        task_args: Sequence[Any] = (),
+        task_kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Job: ...
 
     def cron(
         self,
@@ -191,14 +280,22 @@ class DjangoScheduler(Scheduler):
         *,
         tz: str | None = None,
         day_or: bool = True,
+        task: EnqueueableTask | None = None,
+        task_args: Sequence[Any] = (),
+        task_kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job | Callable[[H], H]:
-        """As :meth:`Scheduler.cron`; without ``tz`` the zone is UTC (never ``TIME_ZONE``)."""
+        """As :meth:`Scheduler.cron`; without ``tz`` the zone is UTC (never ``TIME_ZONE``).
+
+        ``task=`` (a ``django.tasks`` task) defines a job that enqueues it once per slot.
+        """
         _classified(BAD_JOB_NAME, validate_job_name, name)
         zone = "UTC" if tz is None else tz
         _classified(BAD_ZONE, Cron, "* * * * *", zone)
         _classified(BAD_CRON, Cron, expression, "UTC", day_or=day_or)
         _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        if task is not None or task_args or task_kwargs is not None:
+            handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
         if tz is None and name not in self.default_zone_jobs:
             self.default_zone_jobs.append(name)
         if handler is None:

@@ -99,6 +99,13 @@ class HistoryRecord(models.Model):
         db_table = "anarchon_attempts"
         verbose_name = "history record"
         ordering = ["-slot", "-job", "-attempt"]
+        # The admin dashboard's actions (anarchon_django.admin); the history itself is
+        # read-only there, whatever the default add/change/delete permissions say.
+        permissions = [
+            ("pause_job", "Can pause and resume jobs (dashboard)"),
+            ("trigger_job", "Can trigger a manual run of a job (dashboard)"),
+            ("cancel_run", "Can cancel a running run (dashboard)"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["job", "slot", "attempt"], name="anarchon_attempts_key"

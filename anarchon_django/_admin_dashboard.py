@@ -1,0 +1,259 @@
+"""The dashboard inside the Django admin: the page, its two files and the JSON API.
+
+Mounted by :class:`anarchon_django.admin.HistoryRecordAdmin` under
+``/admin/anarchon_django/historyrecord/dashboard/``; every view is wrapped in
+``admin_site.admin_view`` (an active staff session, ``never_cache``, ``csrf_protect``).
+
+**One event loop for the whole process.** The answers come from the core's
+:class:`~anarchon_core.endpoints.DashboardAPI` over a backend of its own, built from
+the project scheduler's store URL (``ANARCHON["BACKEND"]``). A backend belongs to the
+event loop that opened it, but Django gives a view no lasting loop: under WSGI an
+``async def`` view runs in a fresh loop per request, under ASGI in the server's loop
+(shared with an in-process scheduler, which must not be disturbed). So the views are
+plain sync views, and the API runs on a dedicated daemon thread running one event loop
+for the life of the process (:class:`_LoopHost`): created at the first request, each
+request hands its call over with ``asyncio.run_coroutine_threadsafe`` and waits for
+the answer (at most :data:`TIMEOUT_S`), and ``atexit`` closes the backend and stops the
+loop. A forked child (gunicorn ``--preload``) notices the pid change and starts its own.
+
+**Permissions.** Viewing the dashboard needs the admin's view permission on history
+records; each action needs a model permission of :class:`~anarchon_django.models.
+HistoryRecord` (:data:`ACTION_PERMISSIONS`), checked here before the request reaches
+the API, so a crafted POST without it answers 403. ``api/jobs`` answers
+``"actions": true`` only to users holding at least one of them. Every action goes
+through the store (``DashboardAPI`` → ``anarchon_core.operations``), exactly as the
+command line's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import logging
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.http.request import RawPostDataException
+from django.views.decorators.csrf import ensure_csrf_cookie
+
+from anarchon_core.backends import backend_from_url
+from anarchon_core.endpoints import DashboardAPI, Reply, dashboard_file
+
+__all__ = [
+    "ACTION_PERMISSIONS",
+    "TIMEOUT_S",
+    "api_view",
+    "asset_view",
+    "close_dashboard",
+    "may_act",
+    "page_view",
+    "required_permission",
+]
+
+logger = logging.getLogger("anarchon.django.admin")
+
+#: How long a request waits for the store's answer before answering 504.
+TIMEOUT_S = 30.0
+
+#: The permission each action needs (codenames of ``HistoryRecord.Meta.permissions``).
+ACTION_PERMISSIONS = {
+    "pause": "anarchon_django.pause_job",
+    "resume": "anarchon_django.pause_job",
+    "trigger": "anarchon_django.trigger_job",
+    "cancel": "anarchon_django.cancel_run",
+}
+
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",  # CsrfViewMiddleware checks the Referer over HTTPS
+}
+
+
+class _LoopHost:
+    """A daemon thread running one event loop, and the ``DashboardAPI`` that lives on it."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self._run, name="anarchon-admin-dashboard", daemon=True
+        )
+        self.endpoints: DashboardAPI | None = None
+        self.actions_lock: asyncio.Lock | None = None
+        self.closed = False
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(
+        self, request_by: str | None, method: str, path: str, params: Any, body: bytes
+    ) -> Reply:
+        """Answer one API request on the loop (``request_by``: an action's operator)."""
+        future = asyncio.run_coroutine_threadsafe(
+            self._handle(request_by, method, path, params, body), self.loop
+        )
+        try:
+            return future.result(TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return Reply(504, {"error": f"the store did not answer within {TIMEOUT_S:g} s"})
+
+    async def _handle(
+        self, request_by: str | None, method: str, path: str, params: Any, body: bytes
+    ) -> Reply:
+        if self.endpoints is None:
+            from ._scheduler import get_scheduler
+
+            url = get_scheduler().backend_url
+            try:
+                backend = backend_from_url(url)
+            except Exception as exc:  # a bad BACKEND: the checks report it too
+                return Reply(503, {"status": "unavailable", "backend": "?", "error": str(exc)})
+            self.endpoints = DashboardAPI(
+                backend,
+                allow_actions=True,  # gated per user by the views, before this point
+                requested_by=f"django-admin@{socket.gethostname()}",
+            )
+            self.actions_lock = asyncio.Lock()
+        if request_by is None:
+            return await self.endpoints.handle(method, path, params, body)
+        assert self.actions_lock is not None
+        # Actions are rare: one at a time, so requested_by names this request's operator.
+        async with self.actions_lock:
+            self.endpoints.requested_by = request_by
+            return await self.endpoints.handle(method, path, params, body)
+
+    def close(self) -> None:
+        """Close the backend (if a request opened it) and stop the loop; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.pid == os.getpid() and self.thread.is_alive():
+            if self.endpoints is not None:
+                try:
+                    asyncio.run_coroutine_threadsafe(self.endpoints.close(), self.loop).result(10)
+                except Exception:
+                    logger.exception("closing the admin dashboard's store failed")
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+_lock = threading.Lock()
+_host: _LoopHost | None = None
+
+
+def _get_host() -> _LoopHost:
+    global _host
+    with _lock:
+        if _host is None or _host.pid != os.getpid() or _host.closed:
+            _host = _LoopHost()
+            atexit.register(_host.close)
+        return _host
+
+
+def close_dashboard() -> None:
+    """Close the dashboard's store connection and loop thread (tests, shutdown).
+
+    The next request starts afresh (re-reading ``ANARCHON["BACKEND"]``).
+    """
+    global _host
+    with _lock:
+        host, _host = _host, None
+    if host is not None and host.pid == os.getpid():
+        host.close()
+        atexit.unregister(host.close)
+
+
+# -- permissions ------------------------------------------------------------------------
+
+
+def required_permission(method: str, path: str) -> str | None:
+    """The permission a request needs beyond viewing (``None``: a read, or no such API)."""
+    if method.upper() in ("GET", "HEAD", "OPTIONS"):
+        return None
+    parts = [p for p in path.strip("/").split("/") if p]
+    if parts == ["runs", "cancel"]:
+        return ACTION_PERMISSIONS["cancel"]
+    if len(parts) == 3 and parts[0] == "jobs" and parts[2] in ACTION_PERMISSIONS:
+        return ACTION_PERMISSIONS[parts[2]]
+    return None
+
+
+def may_act(user: Any) -> bool:
+    """Whether ``user`` holds any action permission (the page then shows the buttons)."""
+    return any(user.has_perm(perm) for perm in set(ACTION_PERMISSIONS.values()))
+
+
+# -- views (wrapped in admin_site.admin_view by the ModelAdmin) ----------------------------
+
+
+def _file_response(name: str) -> HttpResponse:
+    found = dashboard_file(name)
+    if found is None:
+        raise Http404(f"no dashboard file {name!r}")
+    content, content_type = found
+    response = HttpResponse(content, content_type=content_type)
+    for key, value in _SECURITY_HEADERS.items():
+        response[key] = value
+    return response
+
+
+@ensure_csrf_cookie
+def page_view(request: HttpRequest) -> HttpResponse:
+    """The page; sets the ``csrftoken`` cookie that it sends back as ``X-CSRFToken``."""
+    return _file_response("index.html")
+
+
+def asset_view(request: HttpRequest, name: str) -> HttpResponse:
+    """``dashboard.css`` and ``dashboard.js`` (relative to the page)."""
+    if name == "index.html":
+        raise Http404("the page is served at dashboard/")
+    return _file_response(name)
+
+
+def api_view(request: HttpRequest, path: str) -> HttpResponse:
+    """``api/<path>``: checks the action permission, then asks the ``DashboardAPI``."""
+    method = request.method or "GET"
+    needed = required_permission(method, path)
+    user: Any = request.user
+    request_by: str | None = None
+    if needed is not None:
+        if not user.has_perm(needed):
+            reply = Reply(403, {"error": f"you need the permission {needed!r} for this action"})
+            return _json_response(reply)
+        request_by = f"django-admin:{user.get_username()}@{socket.gethostname()}"
+        logger.info("%s: %s %s", user.get_username(), method, path)
+    params: Mapping[str, str] = request.GET.dict()
+    body = _body(request) if method == "POST" else b""
+    reply = _get_host().call(request_by, method, path, params, body)
+    if reply.status == 200 and path.strip("/") == "jobs" and "actions" in reply.body:
+        reply = Reply(200, {**reply.body, "actions": may_act(user)})
+    return _json_response(reply)
+
+
+def _body(request: HttpRequest) -> bytes:
+    """The raw body; empty when a form body was parsed already (CSRF reads the form)."""
+    try:
+        return request.body
+    except RawPostDataException:
+        return b""
+
+
+def _json_response(reply: Reply) -> HttpResponse:
+    response = HttpResponse(
+        reply.json_bytes(), status=reply.status, content_type="application/json"
+    )
+    for key, value in _SECURITY_HEADERS.items():
+        response[key] = value
+    response["Cache-Control"] = "no-store"
+    return response
