@@ -76,7 +76,9 @@ def run_once(
     """Run ``job``'s handler now with a real ``ctx``; exceptions propagate to the test.
 
     ``slot`` defaults to the job's next slot. Nothing is claimed or recorded: this
-    tests the handler, not the store. Async handlers run on a fresh event loop.
+    tests the handler, not the store. Async handlers run on a fresh event loop; sync
+    handlers run in a worker thread beside it, as the scheduler runs them (so that, for
+    example, Django's ORM works in them).
     """
     try:
         definition = scheduler.jobs[job]
@@ -96,7 +98,10 @@ def run_once(
             loop=asyncio.get_running_loop(),
             logger=logging.getLogger("anarchon"),
         )
-        value = definition.handler(ctx)
+        if inspect.iscoroutinefunction(definition.handler):
+            value = await definition.handler(ctx)
+        else:
+            value = await asyncio.to_thread(definition.handler, ctx)
         if inspect.isawaitable(value):
             value = await value
         return RunResult(value, ctx)

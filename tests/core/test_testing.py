@@ -60,3 +60,22 @@ def test_manual_clock_steps_lease_expiry() -> None:
 def test_scheduler_fixture_is_on_memory(scheduler: Scheduler) -> None:
     assert isinstance(scheduler.backend, MemoryBackend)
     assert scheduler.instance_id == "test"
+
+
+def test_run_once_runs_sync_handlers_off_the_event_loop_thread(scheduler: Scheduler) -> None:
+    """As the scheduler does: a sync handler never blocks (or sees) the event loop."""
+    import threading
+
+    seen: list[tuple[str, bool]] = []
+
+    @scheduler.every("where", "1m")
+    def where(ctx: RunContext) -> None:
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        seen.append((threading.current_thread().name, on_loop))
+
+    run_once(scheduler, "where")
+    assert seen and seen[0][0] != threading.main_thread().name and not seen[0][1]
