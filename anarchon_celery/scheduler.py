@@ -1,0 +1,188 @@
+"""``anarchon_celery.Scheduler``: a ``celery.beat.Scheduler`` whose entries run exactly once.
+
+Every beat process (or ``worker -B``) builds the same anarchon jobs from ``beat_schedule``;
+the anarchon store picks one winner per (job, slot), and only the winner sends the task.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from celery import beat  # type: ignore[import-untyped]
+
+from anarchon_core.backends import DEFAULT_URL, mask_url
+from anarchon_core.background import BackgroundScheduler
+from anarchon_core.context import RunContext
+from anarchon_core.errors import ConfigurationError
+from anarchon_core.scheduler import Scheduler as CoreScheduler
+
+from ._mapping import EntryPlan, Settings, app_zone, plan_entry, read_settings
+
+__all__ = ["TICK_SECONDS", "Scheduler", "task_id_for"]
+
+logger = logging.getLogger("anarchon.celery")
+
+#: The longest sleep ``tick()`` asks for, so beat notices a fatal engine error quickly.
+TICK_SECONDS = 1.0
+_TASK_ID_NAMESPACE = uuid.UUID("6f1c1f4e-3a5e-5a43-9d53-6e6172636860")
+
+
+def task_id_for(job: str, slot: int) -> str:
+    """The deterministic Celery task id of a run: uuid5 of the store job name and slot."""
+    return str(uuid.uuid5(_TASK_ID_NAMESPACE, f"{job}@{slot}"))
+
+
+class Scheduler(beat.Scheduler):  # type: ignore[misc]
+    """Run ``beat_schedule`` through anarchon: each due task is sent by exactly one beat.
+
+    The constructor and :meth:`setup_schedule` validate only (no I/O, no threads); the
+    engine starts in a background thread at the first :meth:`tick`.
+    """
+
+    def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
+        self._settings: Settings | None = None
+        self._plans: dict[str, EntryPlan] = {}
+        self._core: CoreScheduler | None = None
+        self._background: BackgroundScheduler | None = None
+        self._lifecycle = threading.Lock()
+        super().__init__(app, *args, lazy=lazy, **kwargs)
+
+    # -- set-up (no I/O) -------------------------------------------------------------
+    def setup_schedule(self) -> None:
+        """Read the entries as beat does and map every one; refuse what cannot map."""
+        super().setup_schedule()
+        settings = read_settings(self.app, default_backend=DEFAULT_URL)
+        unknown = sorted(set(settings.entries) - set(self.schedule))
+        if unknown:
+            raise ConfigurationError(
+                f"anarchon_entries names {unknown[0]!r}, which is not a beat_schedule entry; "
+                f"entries: {', '.join(sorted(self.schedule)) or '(none)'}"
+            )
+        needs_zone = any(
+            type(e.schedule).__name__ == "crontab" and "tz" not in settings.entries.get(n, {})
+            for n, e in self.schedule.items()
+        )
+        zone = app_zone(self.app, settings.allow_local_tz) if needs_zone else "UTC"
+        plans: dict[str, EntryPlan] = {}
+        seen: dict[str, str] = {}
+        for name in sorted(self.schedule):
+            plan = plan_entry(self.schedule[name], settings, zone)
+            if plan.name in seen:
+                raise ConfigurationError(
+                    f"beat entries {seen[plan.name]!r} and {name!r} map to the same job name "
+                    f"{plan.name!r}: rename one"
+                )
+            seen[plan.name] = name
+            plans[name] = plan
+        self._settings, self._plans = settings, plans
+        self._core = self._build_core(settings, plans)
+
+    def _build_core(self, settings: Settings, plans: dict[str, EntryPlan]) -> CoreScheduler:
+        defaults: dict[str, Any] = {}
+        if settings.jitter_ms is not None:
+            defaults["jitter_ms"] = settings.jitter_ms
+        core = CoreScheduler(
+            settings.backend,
+            namespace=settings.namespace,
+            instance_id=settings.instance_id,
+            grace_ms=settings.grace_ms,
+            **defaults,
+        )
+        catch_up = settings.catch_up
+        if catch_up is None:
+            catch_up = "latest" if core.backend.capabilities.lease else "none"
+        for name, plan in plans.items():
+            options = dict(plan.options)
+            if settings.catch_up is not None or core.backend.capabilities.lease:
+                options.setdefault("catch_up", catch_up)
+            try:
+                core.add_job(plan.name, plan.schedule, self._handler(name, plan), **options)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"beat entry {name!r}: {exc}") from None
+        core._check_capabilities()  # lease-only options on a claim-only store: refuse now
+        return core
+
+    def _handler(self, entry_name: str, plan: EntryPlan) -> Any:
+        def send(ctx: RunContext) -> None:
+            self._send(entry_name, plan, ctx)
+
+        send.__name__ = send.__qualname__ = f"send:{entry_name}"
+        return send
+
+    def _send(self, entry_name: str, plan: EntryPlan, ctx: RunContext) -> None:
+        """Send the entry's task for this run; a publish error fails the attempt."""
+        entry = self.schedule[entry_name]
+        args = beat._evaluate_entry_args(entry.args)
+        kwargs = beat._evaluate_entry_kwargs(entry.kwargs)
+        options = dict(entry.options)
+        headers = dict(options.get("headers") or {})
+        headers.setdefault("celery_beat_task", True)
+        assert self._settings is not None
+        job = f"{self._settings.namespace}:{plan.name}"
+        headers.update(anarchon_job=job, anarchon_slot=ctx.slot, anarchon_attempt=ctx.attempt)
+        options["headers"] = headers
+        if "task_id" not in options:
+            options["task_id"] = (
+                str(uuid.uuid4())
+                if self._settings.task_id == "random"
+                else task_id_for(job, ctx.slot)
+            )
+        ctx.meta["task_id"] = options["task_id"]
+        ctx.logger.info("sending %s (%s) as %s", entry_name, entry.task, options["task_id"])
+        self.app.send_task(entry.task, args, kwargs, **options)
+
+    # -- beat's loop ------------------------------------------------------------------
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Start the engine on the first call; then report how long beat may sleep.
+
+        :raises Exception: the engine failed for good (beat then stops).
+        """
+        with self._lifecycle:
+            if self._core is None:
+                self.setup_schedule()
+            core = self._core
+            assert core is not None
+            if self._background is None:
+                background = BackgroundScheduler(core)
+                background.start()
+                self._background = background
+        engine = core._engine
+        failed = getattr(engine, "failed", None)
+        if failed is not None:
+            raise RuntimeError(f"anarchon cannot use its store: {failed}") from failed
+        if not self._background.running:
+            raise RuntimeError("the anarchon scheduler thread ended unexpectedly")
+        return float(min(self.max_interval or TICK_SECONDS, TICK_SECONDS))
+
+    def close(self) -> None:
+        """Stop claiming, hand in-flight sends over within ``anarchon_grace_ms``.
+
+        Idempotent and never raises.
+        """
+        with self._lifecycle:
+            background, self._background = self._background, None
+        if background is not None:
+            try:
+                background.stop()
+            except Exception:  # pragma: no cover - BackgroundScheduler.stop never raises
+                logger.exception("anarchon scheduler did not stop cleanly")
+        try:
+            super().close()
+        except Exception:
+            logger.exception("beat: releasing the publishing connection failed")
+
+    @property
+    def info(self) -> str:
+        """The banner line: store (masked), namespace and entry count. No I/O."""
+        try:
+            settings = self._settings or read_settings(self.app, default_backend=DEFAULT_URL)
+        except ConfigurationError as exc:
+            return f"anarchon: configuration error: {exc}"
+        count = len(self._plans) if self._plans else len(self.app.conf.beat_schedule or {})
+        return (
+            f"anarchon: store {mask_url(settings.backend)}, namespace {settings.namespace!r}, "
+            f"{count} entr{'y' if count == 1 else 'ies'}"
+        )

@@ -1,0 +1,52 @@
+"""The Celery app of the real-process test: ``celery -A celery_beat_app beat -S ...``.
+
+Configured from the environment by the test: broker, queue, anarchon store, record key.
+The ``record`` task appends (job, slot, task id, attempt, worker pid) to a Redis list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import redis
+from celery import Celery
+from celery.schedules import crontab
+
+app = Celery("anarchontest")
+app.conf.update(
+    broker_url=os.environ.get("ANARCHON_TEST_BROKER", "redis://127.0.0.1:6379/15"),
+    task_default_queue=os.environ.get("ANARCHON_TEST_QUEUE", "anarchon-test"),
+    broker_connection_retry_on_startup=True,
+    enable_utc=True,
+    timezone="UTC",
+    anarchon_backend=os.environ.get("ANARCHON_TEST_STORE", "memory://"),
+    anarchon_namespace="anarchontest",
+    anarchon_jitter_ms=200,
+    anarchon_grace_ms=2000,
+    beat_schedule={
+        "every second": {"task": "celery_beat_app.record", "schedule": 1.0},
+        "each-minute": {"task": "celery_beat_app.record", "schedule": crontab(minute="*")},
+    },
+)
+
+_RECORDS = os.environ.get("ANARCHON_TEST_RECORDS", "redis://127.0.0.1:6379/14")
+_KEY = os.environ.get("ANARCHON_TEST_RECORD_KEY", "anarchon-test-records")
+
+
+@app.task(bind=True)
+def record(self) -> None:
+    request = self.request
+    headers = request.headers or {}
+
+    def header(name: str) -> object:
+        return getattr(request, name, None) or headers.get(name)
+
+    row = {
+        "job": header("anarchon_job"),
+        "slot": header("anarchon_slot"),
+        "attempt": header("anarchon_attempt"),
+        "task_id": request.id,
+        "pid": os.getpid(),
+    }
+    redis.Redis.from_url(_RECORDS).rpush(_KEY, json.dumps(row))
