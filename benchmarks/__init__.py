@@ -3,16 +3,24 @@
 Run all of them with ``python -m benchmarks`` (``make bench``) or one with
 ``python -m benchmarks.claims``, ``python -m benchmarks.lateness`` or
 ``python -m benchmarks.idle``; ``python -m benchmarks servers`` runs the store
-benchmarks that need the local PostgreSQL, Redis, RabbitMQ and NATS. Every figure is
-measured when the benchmark runs; nothing is hard-coded. See ``docs/benchmarks.md``
-for what each one measures.
+benchmarks that need the local PostgreSQL, Redis, RabbitMQ and NATS, and
+``python -m benchmarks fastapi_latency`` the FastAPI latency benchmark (about 7
+minutes, so not part of the default run). Every figure is measured when the benchmark
+runs; nothing is hard-coded. See ``docs/benchmarks.md`` for what each one measures.
 """
 
 from __future__ import annotations
 
-__all__ = ["BENCHMARKS", "SERVER_BENCHMARKS"]
+__all__ = ["APP_BENCHMARKS", "BENCHMARKS", "SERVER_BENCHMARKS"]
 
 #: The benchmark modules ``python -m benchmarks`` runs, in order.
 BENCHMARKS: tuple[str, ...] = ("claims", "lateness", "idle")
 #: Benchmarks that need the local servers: ``python -m benchmarks servers`` runs them.
-SERVER_BENCHMARKS: tuple[str, ...] = ("postgres_claims", "redis_claims", "broker_claims")
+SERVER_BENCHMARKS: tuple[str, ...] = (
+    "postgres_claims",
+    "redis_claims",
+    "broker_claims",
+    "django_claims",
+)
+#: Benchmarks of an app served with the scheduler inside it; run by name (minutes long).
+APP_BENCHMARKS: tuple[str, ...] = ("fastapi_latency",)

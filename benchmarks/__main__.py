@@ -11,14 +11,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-from . import BENCHMARKS, SERVER_BENCHMARKS
+from . import APP_BENCHMARKS, BENCHMARKS, SERVER_BENCHMARKS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     names = list(sys.argv[1:] if argv is None else argv) or list(BENCHMARKS)
     if names == ["servers"]:
         names = list(SERVER_BENCHMARKS)
-    known = (*BENCHMARKS, *SERVER_BENCHMARKS)
+    known = (*BENCHMARKS, *SERVER_BENCHMARKS, *APP_BENCHMARKS)
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"unknown benchmark(s) {unknown}: choose from {', '.join(known)} or 'servers'")
