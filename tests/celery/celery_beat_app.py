@@ -1,6 +1,7 @@
 """The Celery app of the real-process test: ``celery -A celery_beat_app beat -S ...``.
 
-Configured from the environment by the test: broker, queue, anarchon store, record key.
+Configured from the environment by the test: broker, queue, anarchon store, record key
+(and ``ANARCHON_TEST_TWO_SECONDS=1`` adds an every-2-s entry with ``expires``).
 The ``record`` task appends (job, slot, task id, attempt, worker pid) to a Redis list.
 """
 
@@ -29,6 +30,12 @@ app.conf.update(
         "each-minute": {"task": "celery_beat_app.record", "schedule": crontab(minute="*")},
     },
 )
+if os.environ.get("ANARCHON_TEST_TWO_SECONDS"):  # a second interval, with task options
+    app.conf.beat_schedule["every-two-seconds"] = {
+        "task": "celery_beat_app.record",
+        "schedule": 2.0,
+        "options": {"expires": 30},
+    }
 
 _RECORDS = os.environ.get("ANARCHON_TEST_RECORDS", "redis://127.0.0.1:6379/14")
 _KEY = os.environ.get("ANARCHON_TEST_RECORD_KEY", "anarchon-test-records")
