@@ -17,10 +17,8 @@ open, under an advisory lock, so that many instances may start at once.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import weakref
-from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -28,30 +26,18 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ..backend import (
     SCHEMA_VERSION,
-    Backend,
     Capabilities,
-    Claim,
-    ClaimRequest,
-    DueRun,
-    InstanceInfo,
-    Lease,
-    TakeoverRequest,
-    bound_error,
 )
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
-from . import _postgres_ops as ops
 from . import mask_url
 from ._postgres_conninfo import connection_kwargs, mask_conninfo, parse_conninfo, split_url
+from ._postgres_contract import Params, PostgresContract
 from ._postgres_sql import (
     PREFIX_MAX,
     SCHEMA_MAX,
-    TERMINAL,
-    WAITING,
     Statements,
     identifier,
 )
-from ._sql import history_filter
 
 __all__ = ["PostgresBackend"]
 
@@ -59,12 +45,11 @@ logger = logging.getLogger("anarchon.backends.postgres")
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Cursor = psycopg.AsyncCursor[tuple[Any, ...]]
-Params = Sequence[Any] | Mapping[str, Any]
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(PostgresContract):
     """A lease backend on PostgreSQL (≥ 12), tables in ``schema`` named ``table_prefix*``.
 
     ``prepare_threshold`` is psycopg's: ``None`` disables server-side prepared
@@ -283,180 +268,6 @@ class PostgresBackend(Backend):
     async def _rows(self, query: str, params: Params | None = None) -> list[tuple[Any, ...]]:
         return (await self._query(query, params))[0]
 
-    async def _row(self, query: str, params: Params | None = None) -> tuple[Any, ...]:
-        rows = (await self._query(query, params))[0]
-        if len(rows) != 1:
-            raise BackendError(f"PostgreSQL store {self.describe()}: expected one row")
-        return rows[0]
-
-    # -- the contract --------------------------------------------------------------
-    async def now_ms(self) -> int:
-        return int((await self._row(self.sql.now_ms))[0])
-
-    async def claim(self, request: ClaimRequest) -> Claim:
-        outcome, attempt, now = await self._row(
-            self.sql.claim,
-            (
-                request.job,
-                request.slot,
-                str(request.origin),
-                request.token,
-                _text(request.instance_id),
-                request.lease_ms,
-                request.horizon_ms,
-                request.skip_overlap,
-                _text(request.fingerprint),
-            ),
-        )
-        return Claim(Outcome(outcome), attempt, now)
-
-    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
-        if not leases:
-            return []
-        rows = await self._rows(
-            self.sql.heartbeat,
-            (
-                lease_ms,
-                [lease.job for lease in leases],
-                [lease.slot for lease in leases],
-                [lease.attempt for lease in leases],
-                [lease.token for lease in leases],
-            ),
-        )
-        alive = set(rows)
-        return [(lease.job, lease.slot, lease.attempt, lease.token) in alive for lease in leases]
-
-    async def finish(
-        self,
-        lease: Lease,
-        status: Status,
-        *,
-        error: str | None = None,
-        meta: dict[str, Any] | None = None,
-        retry_in_ms: int | None = None,
-    ) -> bool:
-        try:
-            meta_json = json.dumps(_without_nul(meta or {}), separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
-            ) from exc
-        retrying = retry_in_ms is not None and status == Status.FAILED
-        finished, held, recorded = await self._row(
-            self.sql.finish,
-            {
-                "state": WAITING if retrying else str(status),
-                "retry_in": retry_in_ms if retrying else None,
-                "status": str(status),
-                "error": _text(bound_error(error)),
-                "meta": meta_json,
-                "job": lease.job,
-                "slot": lease.slot,
-                "attempt": lease.attempt,
-                "token": lease.token,
-            },
-        )
-        # Not finished now: a repeat of the same outcome by the same token is still True.
-        return bool(finished) or (bool(held) and recorded == str(status))
-
-    async def release(self, lease: Lease) -> bool:
-        params = {"job": lease.job, "slot": lease.slot, "attempt": lease.attempt}
-        (released,) = await self._row(self.sql.release, {**params, "token": lease.token})
-        return bool(released)
-
-    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
-        names = sorted(set(jobs))
-        if not names:
-            return []
-        rows = await self._rows(self.sql.due_runs, {"jobs": names})
-        return [
-            DueRun(job, slot, attempt, Origin(origin), ops.DUE_REASONS[state])
-            for job, slot, attempt, origin, state in rows
-        ]
-
-    async def take_over(self, request: TakeoverRequest) -> Claim:
-        outcome, attempt, now = await self._row(
-            self.sql.take_over,
-            (
-                request.job,
-                request.slot,
-                request.attempt,
-                request.token,
-                _text(request.instance_id),
-                request.lease_ms,
-                request.horizon_ms,
-                request.max_attempts,
-                request.skip_overlap,
-            ),
-        )
-        return Claim(Outcome(outcome), attempt, now)
-
-    async def last_scheduled_slot(self, job: str) -> int | None:
-        rows = await self._rows(self.sql.last_scheduled_slot, (job,))
-        return None if not rows else int(rows[0][0])
-
-    async def history(self, query: HistoryQuery) -> list[RunRecord]:
-        where, params = history_filter(query, "%s")
-        params.append(max(query.limit, 0))
-        text = self.sql.history + where + self.sql.history_order
-        return [_record(row) for row in await self._rows(text, params)]
-
-    async def prune(self, older_than_ms: int) -> int:
-        """Delete in batches of ``prune_batch`` records, each its own short transaction."""
-        keep_jobs: list[str] = []
-        keep_slots: list[int] = []
-        for job, latest, anchor in await self._rows(self.sql.prune_keep):
-            for slot in {latest, anchor} - {None}:
-                keep_jobs.append(job)
-                keep_slots.append(slot)
-        params = {
-            "terminal": TERMINAL,
-            "keep_jobs": keep_jobs,
-            "keep_slots": keep_slots,
-            "batch": self.prune_batch,
-        }
-        deleted, below = 0, older_than_ms
-        while True:
-            count, lowest = await self._row(self.sql.prune, {**params, "below": below})
-            deleted += int(count)
-            if count < self.prune_batch:
-                break
-            below = lowest + 1  # the rest of the lowest slot, then older ones
-        await self._rows(self.sql.prune_instances)  # registry rows of vanished instances
-        return deleted
-
-    # -- operations ----------------------------------------------------------------
-    async def set_paused(self, job: str, paused: bool) -> None:
-        """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
-        await self._rows(self.sql.set_paused, (job, bool(paused)))
-
-    async def paused_jobs(self) -> set[str]:
-        return {job for (job,) in await self._rows(self.sql.paused_jobs)}
-
-    async def trigger(self, job: str, requested_by: str) -> int:
-        return int((await self._row(self.sql.trigger, (job, _text(requested_by))))[0])
-
-    async def cancel(self, job: str, slot: int) -> bool:
-        (cancelled,) = await self._row(self.sql.cancel, {"job": job, "slot": slot})
-        return bool(cancelled)
-
-    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
-        try:
-            text = json.dumps(_without_nul(info.to_json()), separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"instance {info.instance_id!r}: its job specs are not JSON values ({exc})"
-            ) from exc
-        params = {"id": _text(info.instance_id), "info": text, "ttl": ttl_ms}
-        await self._rows(self.sql.register, params)
-
-    async def unregister(self, instance_id: str) -> None:
-        await self._rows(self.sql.unregister, (_text(instance_id),))
-
-    async def instances(self) -> list[InstanceInfo]:
-        rows = await self._rows(self.sql.instances)
-        return [InstanceInfo.from_json({**info, "last_seen": seen}) for info, seen in rows]
-
 
 # -- helpers -------------------------------------------------------------------------
 def _is_int(value: object, low: int) -> bool:
@@ -468,24 +279,3 @@ def _version(raw: str) -> int:
         return int(raw)
     except ValueError:
         raise BackendError(f"the PostgreSQL store's schema version {raw!r} is unreadable") from None
-
-
-def _text(value: str | None) -> str | None:
-    """PostgreSQL text cannot hold NUL: free text (errors, instance ids) is cleaned."""
-    return value.replace("\x00", "\ufffd") if value is not None and "\x00" in value else value
-
-
-def _without_nul(value: Any) -> Any:
-    """``jsonb`` refuses ``\\u0000`` in strings: replace it in keys and values."""
-    if isinstance(value, str):
-        return _text(value)
-    if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_without_nul(v) for v in value]
-    return value
-
-
-def _record(row: tuple[Any, ...]) -> RunRecord:
-    job, slot, attempt, origin, status, *rest = row  # instance … finished, error, meta
-    return RunRecord(job, slot, attempt, Origin(origin), Status(status), *rest)
