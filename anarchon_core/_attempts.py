@@ -64,7 +64,7 @@ class Attempts:
         ``sent`` is when (``time.monotonic()``) the winning claim or takeover was sent:
         the store started the lease no earlier, so self-fencing counts from there.
         """
-        ctx = self._context(job, lease.slot, lease.attempt, origin)
+        ctx = self._context(job, lease, lease.attempt, origin)
         ctx.jitter_ms = jitter
         attempt = Attempt(job, lease, ctx, last_ack=sent)
         if self._lease:
@@ -75,15 +75,16 @@ class Attempts:
         task.add_done_callback(self.tasks.discard)
         return task
 
-    def _context(self, job: Job, slot: int, number: int, origin: Origin) -> RunContext:
+    def _context(self, job: Job, lease: Lease, number: int, origin: Origin) -> RunContext:
         return RunContext(
             job=job.name,
-            slot=slot,
+            slot=lease.slot,
             attempt=number,
             instance_id=self.config.instance_id,
             origin=origin,
             loop=asyncio.get_running_loop(),
             logger=self.config.logger,
+            lease=lease,
         )
 
     async def _run(self, attempt: Attempt) -> None:
@@ -177,7 +178,7 @@ class Attempts:
             )
             await asyncio.sleep(delay / 1000)
             number += 1
-            attempt.ctx = self._context(job, lease.slot, number, attempt.ctx.origin)
+            attempt.ctx = self._context(job, lease, number, attempt.ctx.origin)
             status, error = await self._call(attempt)
         return status, error
 

@@ -9,6 +9,7 @@ import threading
 from collections.abc import MutableMapping
 from typing import Any
 
+from .backend import Lease
 from .errors import RunCancelled
 from .records import Origin, ms_to_datetime
 
@@ -49,6 +50,7 @@ class RunContext:
         origin: Origin,
         loop: asyncio.AbstractEventLoop,
         logger: logging.Logger,
+        lease: Lease | None = None,
     ) -> None:
         self.job = job
         self.slot = slot
@@ -58,6 +60,10 @@ class RunContext:
         self.origin = origin
         #: Grows across a job's runs and attempts: guard writes with ``WHERE fence < :fence``.
         self.fence = slot * 1024 + attempt
+        #: The lease this attempt holds (None outside a store, as in ``run_once``). An
+        #: adapter that records the outcome inside the handler's own transaction (Django's
+        #: ``transactional=True``) proves ownership with it; handlers need not touch it.
+        self.lease = lease
         #: The random delay this instance waited before claiming (0 for takeovers).
         self.jitter_ms = 0
         #: A small JSON-serialisable dict (at most 1 KB) kept in the history record.
