@@ -96,7 +96,7 @@ class Attempts:
             status, error = await self._call(attempt)
             if not self._lease:
                 status, error = await self._retry_in_process(attempt, status, error)
-            if attempt.lost or attempt.released:
+            if (attempt.lost or attempt.released) and not attempt.ctx.recorded:
                 self.log.warn(
                     job,
                     lease.slot,
@@ -121,7 +121,7 @@ class Attempts:
         """One handler call, inside its span: the handler's own spans nest under it."""
         with self.telemetry.run_span(attempt.job.store_name, attempt.ctx) as span:
             status, error, exc = await self._invoke(attempt)
-            if attempt.lost or attempt.released:
+            if (attempt.lost or attempt.released) and not attempt.ctx.recorded:
                 span.end(Status.INTERRUPTED, reason=attempt.ctx.cancel_reason)
             else:
                 span.end(status, exc, None if exc is not None else error)

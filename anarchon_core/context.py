@@ -64,6 +64,9 @@ class RunContext:
         #: adapter that records the outcome inside the handler's own transaction (Django's
         #: ``transactional=True``) proves ownership with it; handlers need not touch it.
         self.lease = lease
+        #: Set by such an adapter once it committed the outcome: the engine then reports
+        #: the run even if a heartbeat sent after that commit was refused.
+        self.recorded = False
         #: The random delay this instance waited before claiming (0 for takeovers).
         self.jitter_ms = 0
         #: A small JSON-serialisable dict (at most 1 KB) kept in the history record.

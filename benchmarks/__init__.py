@@ -5,7 +5,8 @@ Run all of them with ``python -m benchmarks`` (``make bench``) or one with
 ``python -m benchmarks.idle``; ``python -m benchmarks servers`` runs the store
 benchmarks that need the local PostgreSQL, Redis, RabbitMQ and NATS, and
 ``python -m benchmarks fastapi_latency`` the FastAPI latency benchmark (about 7
-minutes, so not part of the default run). Every figure is measured when the benchmark
+minutes, so not part of the default run) and ``python -m benchmarks celery_beat`` the
+Celery beat comparison. Every figure is measured when the benchmark
 runs; nothing is hard-coded. See ``docs/benchmarks.md`` for what each one measures.
 """
 
@@ -23,4 +24,4 @@ SERVER_BENCHMARKS: tuple[str, ...] = (
     "django_claims",
 )
 #: Benchmarks of an app served with the scheduler inside it; run by name (minutes long).
-APP_BENCHMARKS: tuple[str, ...] = ("fastapi_latency",)
+APP_BENCHMARKS: tuple[str, ...] = ("fastapi_latency", "celery_beat")

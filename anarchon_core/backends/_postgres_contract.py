@@ -29,7 +29,7 @@ from . import _postgres_ops as ops
 from ._postgres_sql import TERMINAL, WAITING, Statements
 from ._sql import history_filter
 
-__all__ = ["Params", "PostgresContract"]
+__all__ = ["Params", "PostgresContract", "finish_params", "finish_verdict"]
 
 Params = Sequence[Any] | Mapping[str, Any]
 
@@ -96,29 +96,8 @@ class PostgresContract(Backend):
         meta: dict[str, Any] | None = None,
         retry_in_ms: int | None = None,
     ) -> bool:
-        try:
-            meta_json = json.dumps(_without_nul(meta or {}), separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
-            ) from exc
-        retrying = retry_in_ms is not None and status == Status.FAILED
-        finished, held, recorded = await self._row(
-            self.sql.finish,
-            {
-                "state": WAITING if retrying else str(status),
-                "retry_in": retry_in_ms if retrying else None,
-                "status": str(status),
-                "error": _text(bound_error(error)),
-                "meta": meta_json,
-                "job": lease.job,
-                "slot": lease.slot,
-                "attempt": lease.attempt,
-                "token": lease.token,
-            },
-        )
-        # Not finished now: a repeat of the same outcome by the same token is still True.
-        return bool(finished) or (bool(held) and recorded == str(status))
+        params = finish_params(lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms)
+        return finish_verdict(await self._row(self.sql.finish, params), status)
 
     async def release(self, lease: Lease) -> bool:
         params = {"job": lease.job, "slot": lease.slot, "attempt": lease.attempt}
@@ -220,6 +199,42 @@ class PostgresContract(Backend):
 
 
 # -- helpers -------------------------------------------------------------------------
+def finish_params(
+    lease: Lease,
+    status: Status,
+    *,
+    error: str | None = None,
+    meta: dict[str, Any] | None = None,
+    retry_in_ms: int | None = None,
+) -> dict[str, Any]:
+    """The parameters of ``Statements.finish``; apart so that a caller can send the
+    statement in its own transaction (the Django adapter's ``transactional=True``)."""
+    try:
+        meta_json = json.dumps(_without_nul(meta or {}), separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
+        ) from exc
+    retrying = retry_in_ms is not None and status == Status.FAILED
+    return {
+        "state": WAITING if retrying else str(status),
+        "retry_in": retry_in_ms if retrying else None,
+        "status": str(status),
+        "error": _text(bound_error(error)),
+        "meta": meta_json,
+        "job": lease.job,
+        "slot": lease.slot,
+        "attempt": lease.attempt,
+        "token": lease.token,
+    }
+
+
+def finish_verdict(row: Sequence[Any], status: Status) -> bool:
+    """True if ``Statements.finish`` recorded the outcome, or it repeated a recorded one."""
+    finished, held, recorded = row
+    return bool(finished) or (bool(held) and recorded == str(status))
+
+
 def _text(value: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL: free text (errors, instance ids) is cleaned."""
     return value.replace("\x00", "\ufffd") if value is not None and "\x00" in value else value

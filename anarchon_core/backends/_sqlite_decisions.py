@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ..backend import (
@@ -21,8 +22,10 @@ from ..backend import (
     InstanceInfo,
     Lease,
     TakeoverRequest,
+    bound_error,
     wall_clock_ms,
 )
+from ..errors import ConfigurationError
 from ..records import Origin, Outcome, RunRecord, Status
 from . import _sqlite_sql as sql
 
@@ -30,6 +33,7 @@ __all__ = [
     "cancel",
     "claim",
     "claim_precheck",
+    "finish",
     "held_state",
     "instance_from_row",
     "live_run",
@@ -193,6 +197,45 @@ def prune(conn: sqlite3.Connection, _now: int, *, older_than_ms: int) -> int:
 
 
 # -- helpers -----------------------------------------------------------------------------
+def finish(
+    lease: Lease,
+    status: Status,
+    *,
+    error: str | None = None,
+    meta: dict[str, Any] | None = None,
+    retry_in_ms: int | None = None,
+) -> Callable[[sqlite3.Connection, int], bool]:
+    """The decision that records ``lease``'s outcome: True if recorded (or a repeat of it).
+
+    Built apart from the backend so that a caller holding its own transaction on the
+    same file (the Django adapter's ``transactional=True``) can run it there.
+    """
+    try:
+        meta_json = json.dumps(meta or {}, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
+        ) from exc
+    error = bound_error(error)
+
+    def decide(conn: sqlite3.Connection, now: int) -> bool:
+        key = (lease.job, lease.slot)
+        state = held_state(conn, lease)
+        if state is None:
+            return False
+        if state != Status.RUNNING:  # an idempotent repeat, or a different outcome
+            row = conn.execute(sql.ATTEMPT_STATUS, (*key, lease.attempt)).fetchone()
+            return row is not None and row[0] == str(status)
+        new_state, retry_at = str(status), None
+        if retry_in_ms is not None and status == Status.FAILED:
+            new_state, retry_at = sql.WAITING, now + retry_in_ms
+        conn.execute(sql.FINISH_RUN, (new_state, retry_at, *key))
+        conn.execute(sql.FINISH_ATTEMPT, (str(status), now, error, meta_json, *key, lease.attempt))
+        return True
+
+    return decide
+
+
 def held_state(conn: sqlite3.Connection, lease: Lease) -> str | None:
     """The run's state if ``lease`` still holds it (attempt and token match), else None."""
     row = conn.execute(

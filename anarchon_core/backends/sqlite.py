@@ -19,7 +19,6 @@ crash; a power loss may lose the last commits, which the lease protocol tolerate
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sqlite3
 from collections.abc import Callable, Collection, Sequence, Set
@@ -38,7 +37,6 @@ from ..backend import (
     InstanceInfo,
     Lease,
     TakeoverRequest,
-    bound_error,
     instance_json,
     wall_clock_ms,
 )
@@ -232,31 +230,7 @@ class SqliteBackend(Backend):
         meta: dict[str, Any] | None = None,
         retry_in_ms: int | None = None,
     ) -> bool:
-        try:
-            meta_json = json.dumps(meta or {}, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
-            ) from exc
-        error = bound_error(error)
-
-        def decide(conn: sqlite3.Connection, now: int) -> bool:
-            key = (lease.job, lease.slot)
-            state = decisions.held_state(conn, lease)
-            if state is None:
-                return False
-            if state != Status.RUNNING:  # an idempotent repeat, or a different outcome
-                row = conn.execute(sql.ATTEMPT_STATUS, (*key, lease.attempt)).fetchone()
-                return row is not None and row[0] == str(status)
-            new_state, retry_at = str(status), None
-            if retry_in_ms is not None and status == Status.FAILED:
-                new_state, retry_at = sql.WAITING, now + retry_in_ms
-            conn.execute(sql.FINISH_RUN, (new_state, retry_at, *key))
-            conn.execute(
-                sql.FINISH_ATTEMPT, (str(status), now, error, meta_json, *key, lease.attempt)
-            )
-            return True
-
+        decide = decisions.finish(lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms)
         return await self._write(decide)
 
     async def release(self, lease: Lease) -> bool:
