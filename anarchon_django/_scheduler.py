@@ -25,6 +25,7 @@ from anarchon_core.job import Handler, Job, validate_option_keys
 from anarchon_core.names import validate_job_name
 from anarchon_core.schedules import Cron, Every, Schedule
 
+from ._transactional import store_alias, transactional
 from .conf import AnarchonSettings, read_settings
 from .tasks import EnqueueableTask, enqueue_handler
 
@@ -118,10 +119,17 @@ class DjangoScheduler(Scheduler):
         task_kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job:
-        """As :meth:`Scheduler.add_job`; or, given ``task=``, a job that enqueues it per slot."""
+        """As :meth:`Scheduler.add_job`; or, given ``task=``, a job that enqueues it per slot.
+
+        ``transactional=True`` (ORM store only, sync handlers): the handler's writes on
+        the store's database and the run's outcome commit in one transaction.
+        """
         _classified(BAD_JOB_NAME, validate_job_name, name)
+        atomic = _transactional_option(options, name)
         if handler is None or task is not None or task_args or task_kwargs is not None:
             handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
+        if atomic:
+            handler = self._transactional(name, handler)
         module = str(getattr(handler, "__module__", None) or "?")
         if name in self.jobs:
             raise JobDefinitionError(
@@ -225,12 +233,15 @@ class DjangoScheduler(Scheduler):
         """As :meth:`Scheduler.every`; ``task=`` (a ``django.tasks`` task) enqueues it per slot."""
         _classified(BAD_JOB_NAME, validate_job_name, name)
         _classified(BAD_DURATION, Every, interval, offset)
+        atomic = _transactional_option(options, name)
         _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
         if task is not None or task_args or task_kwargs is not None:
             handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
         if handler is None:
             decorator: Callable[[H], H] = super().every(name, interval, offset=offset, **options)
-            return decorator
+            return self._transactional_decorator(name, decorator) if atomic else decorator
+        if atomic:
+            handler = self._transactional(name, handler)
         job: Job = super().every(name, interval, handler, offset=offset, **options)
         return job
 
@@ -293,6 +304,7 @@ class DjangoScheduler(Scheduler):
         zone = "UTC" if tz is None else tz
         _classified(BAD_ZONE, Cron, "* * * * *", zone)
         _classified(BAD_CRON, Cron, expression, "UTC", day_or=day_or)
+        atomic = _transactional_option(options, name)
         _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
         if task is not None or task_args or task_kwargs is not None:
             handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
@@ -302,9 +314,42 @@ class DjangoScheduler(Scheduler):
             decorator: Callable[[H], H] = super().cron(
                 name, expression, tz=zone, day_or=day_or, **options
             )
-            return decorator
+            return self._transactional_decorator(name, decorator) if atomic else decorator
+        if atomic:
+            handler = self._transactional(name, handler)
         job: Job = super().cron(name, expression, handler, tz=zone, day_or=day_or, **options)
         return job
+
+    def _transactional(self, name: str, handler: Handler) -> Handler:
+        """``handler`` committing with its outcome, on the ORM store's alias (checked now)."""
+        if _is_async(handler):
+            raise JobDefinitionError(
+                BAD_OPTION,
+                f"job {name!r}: transactional=True needs a sync handler (def, not async def): "
+                f"Django's transaction.atomic does not span await",
+            )
+        try:
+            alias = store_alias(self._backend_url, name)
+        except ConfigurationError as exc:
+            raise JobDefinitionError(BAD_OPTION, str(exc)) from None
+        return transactional(handler, alias)
+
+    def _transactional_decorator(self, name: str, decorator: Callable[[H], H]) -> Callable[[H], H]:
+        def decorate(fn: H) -> H:
+            decorator(self._transactional(name, fn))  # type: ignore[arg-type]
+            return fn
+
+        return decorate
+
+
+def _transactional_option(options: dict[str, Any], name: str) -> bool:
+    """Take ``transactional`` out of the job's options (the core does not know it)."""
+    value = options.pop("transactional", False)
+    if not isinstance(value, bool):
+        raise JobDefinitionError(
+            BAD_OPTION, f"job {name!r}: transactional = {value!r} is not valid: give True or False"
+        )
+    return value
 
 
 def _classified(check_id: str, validate: Callable[..., object], *args: Any, **kw: Any) -> None:

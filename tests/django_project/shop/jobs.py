@@ -1,8 +1,11 @@
 """The shop app's jobs: discovered by ``anarchon_django`` because the app is installed.
 
 Without ``$ANARCHON_TEST_JOBS`` it defines two example jobs. The process tests set it
-to a JSON list of ``{"name", "every", "sleep_s", "kind", "orm"}`` specs (as in
-``tests/multiprocess/worker.py``, whose handlers append to ``$ANARCHON_TEST_EVENTS``).
+to a JSON list of ``{"name", "every", "sleep_s", "kind", "orm", "transactional"}``
+specs (as in ``tests/multiprocess/worker.py``, whose handlers append to
+``$ANARCHON_TEST_EVENTS``). A ``transactional`` job writes an ``auth.Group`` row named
+``tx:SLOT:ATTEMPT:PID`` after its handler and emits ``written`` before the commit and
+``committed`` once its transaction committed.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ def _define(spec: dict[str, Any]) -> None:
     from multiprocess.worker import make_handler
 
     inner = make_handler(os.environ["ANARCHON_TEST_EVENTS"], spec)
+    if spec.get("transactional"):
+        _define_transactional(spec, inner)
+        return
     if not spec.get("orm"):
         scheduler.every(spec["name"], spec["every"], inner, **spec.get("options", {}))
         return
@@ -45,6 +51,24 @@ def _define(spec: dict[str, Any]) -> None:
         inner(ctx)
 
     scheduler.every(spec["name"], spec["every"], with_orm, **spec.get("options", {}))
+
+
+def _define_transactional(spec: dict[str, Any], inner: Any) -> None:
+    from django.contrib.auth.models import Group
+    from django.db import transaction
+    from multiprocess.worker import emit
+
+    events = os.environ["ANARCHON_TEST_EVENTS"]
+
+    def write(ctx: RunContext) -> None:
+        inner(ctx)
+        fields = {"job": ctx.job, "slot": ctx.slot, "attempt": ctx.attempt, "pid": os.getpid()}
+        Group.objects.create(name=f"tx:{ctx.slot}:{ctx.attempt}:{os.getpid()}")
+        emit(events, e="written", **fields)
+        transaction.on_commit(lambda: emit(events, e="committed", **fields))
+
+    options = spec.get("options", {})
+    scheduler.every(spec["name"], spec["every"], write, transactional=True, **options)
 
 
 if SPECS is None:
