@@ -1,7 +1,10 @@
 """The Celery app of the real-process test: ``celery -A celery_beat_app beat -S ...``.
 
 Configured from the environment by the test: broker, queue, anarchon store, record key
-(and ``ANARCHON_TEST_TWO_SECONDS=1`` adds an every-2-s entry with ``expires``).
+(and ``ANARCHON_TEST_TWO_SECONDS=1`` adds an every-2-s entry with ``expires``,
+``ANARCHON_TEST_TWENTY_SECONDS=1`` an every-20-s one). ``ANARCHON_TEST_STALL_AFTER_PUBLISH``
+(a job's store name) makes this beat stall for good right after it published that job's
+task, before the run is recorded: a runner that dies between publish and finish.
 The ``record`` task appends (job, slot, task id, attempt, worker pid) to a Redis list.
 """
 
@@ -9,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from typing import Any
 
 import redis
 from celery import Celery
@@ -36,6 +41,24 @@ if os.environ.get("ANARCHON_TEST_TWO_SECONDS"):  # a second interval, with task 
         "schedule": 2.0,
         "options": {"expires": 30},
     }
+
+if os.environ.get("ANARCHON_TEST_TWENTY_SECONDS"):  # a horizon long enough for a takeover
+    app.conf.beat_schedule["every-twenty-seconds"] = {
+        "task": "celery_beat_app.record",
+        "schedule": 20.0,
+    }
+
+_STALL = os.environ.get("ANARCHON_TEST_STALL_AFTER_PUBLISH")
+if _STALL:
+    from celery.signals import after_task_publish
+
+    @after_task_publish.connect
+    def _stall(headers: dict[str, Any] | None = None, **_: Any) -> None:
+        sent = headers or {}
+        if sent.get("anarchon_job") == _STALL:
+            print(f"published {sent['anarchon_slot']}; stalling", flush=True)
+            time.sleep(3600)
+
 
 _RECORDS = os.environ.get("ANARCHON_TEST_RECORDS", "redis://127.0.0.1:6379/14")
 _KEY = os.environ.get("ANARCHON_TEST_RECORD_KEY", "anarchon-test-records")

@@ -37,6 +37,7 @@ NAMESPACE = "anarchontest"
 EVERY_SECOND = f"{NAMESPACE}:{job_name('every second', NAMESPACE)}"
 EVERY_TWO = f"{NAMESPACE}:every-two-seconds"
 EACH_MINUTE = f"{NAMESPACE}:each-minute"
+EVERY_TWENTY = f"{NAMESPACE}:every-twenty-seconds"
 FAST = ("--without-mingle", "--without-gossip")
 
 Run = tuple[str, int]
@@ -112,7 +113,14 @@ class CeleryCluster:
     """Celery processes of ``celery_beat_app`` sharing one broker, queue and store."""
 
     def __init__(
-        self, tmp_path: Path, *, broker: str, store: str, two_seconds: bool, clean_broker: bool
+        self,
+        tmp_path: Path,
+        *,
+        broker: str,
+        store: str,
+        two_seconds: bool,
+        clean_broker: bool,
+        twenty_seconds: bool = False,
     ) -> None:
         self.tmp_path = tmp_path
         self.clean_broker = clean_broker
@@ -130,17 +138,21 @@ class CeleryCluster:
         }
         if two_seconds:
             self.env["ANARCHON_TEST_TWO_SECONDS"] = "1"
+        if twenty_seconds:
+            self.env["ANARCHON_TEST_TWENTY_SECONDS"] = "1"
         self.processes: list[subprocess.Popen[bytes]] = []
         self.logs: dict[str, Path] = {}
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = self.tmp_path / f"{name}.log"
         self.logs[name] = log
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [*CELERY, *args],
                 cwd=HERE,
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: worker -B's beat child dies too
@@ -148,9 +160,11 @@ class CeleryCluster:
         self.processes.append(proc)
         return proc
 
-    def beat(self, name: str, scheduler: str = "anarchon") -> subprocess.Popen[bytes]:
+    def beat(
+        self, name: str, scheduler: str = "anarchon", env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         schedule = str(self.tmp_path / f"{name}-schedule")
-        return self.spawn(name, "beat", "-S", scheduler, "-l", "info", "-s", schedule)
+        return self.spawn(name, "beat", "-S", scheduler, "-l", "info", "-s", schedule, env=env)
 
     def worker(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
         return self.spawn(
@@ -251,6 +265,7 @@ def celery_cluster(
     broker: str = REDIS_BROKER,
     store: str | None = None,
     two_seconds: bool = False,
+    twenty_seconds: bool = False,
     clean_broker: bool = True,
 ) -> Iterator[CeleryCluster]:
     cluster = CeleryCluster(
@@ -258,6 +273,7 @@ def celery_cluster(
         broker=broker,
         store=store or f"sqlite:///{tmp_path / 'anarchon.sqlite3'}",
         two_seconds=two_seconds,
+        twenty_seconds=twenty_seconds,
         clean_broker=clean_broker,
     )
     try:
