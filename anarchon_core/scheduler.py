@@ -93,7 +93,10 @@ class Scheduler:
             backend if isinstance(backend, Backend) else backend_from_url(backend)
         )
         self.namespace = validate_namespace(namespace)
-        self.instance_id = _instance_id(instance_id) or default_instance_id()
+        given = _instance_id(instance_id)
+        self.instance_id = given or default_instance_id()
+        #: The pid that minted the default instance id (None when the id was given).
+        self._minted_by: int | None = None if given else os.getpid()
         self.heartbeat_ms = _positive_ms("heartbeat_ms", heartbeat_ms)
         self.lease_ms = (
             3 * self.heartbeat_ms if lease_ms is None else _positive_ms("lease_ms", lease_ms)
@@ -138,6 +141,7 @@ class Scheduler:
                 )
             if instance_id is not None:
                 self.instance_id = _instance_id(instance_id) or self.instance_id
+                self._minted_by = None
 
     # -- definitions ---------------------------------------------------------------
     @property
@@ -290,6 +294,10 @@ class Scheduler:
             if self._engine is not None:
                 raise SchedulerStateError(f"{self!r} is already running: stop() it first")
             self._check_capabilities()
+            if self._minted_by not in (None, os.getpid()):
+                # Built before a fork (gunicorn --preload, celery worker -B): the default id
+                # names the parent's pid, and every child would share it.
+                self.instance_id, self._minted_by = default_instance_id(), os.getpid()
             self._telemetry = Telemetry(
                 registry=self.metrics_registry, tracer_provider=self.tracer_provider
             )

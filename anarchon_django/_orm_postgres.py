@@ -2,7 +2,7 @@
 
 The tables are the core's (see :mod:`anarchon_django.models`), so the statements of
 :class:`~anarchon_core.backends._postgres_sql.Statements` run on them unchanged, one
-statement and one round trip per decision through Django's cursor, in autocommit:
+statement and one round trip per decision, in autocommit:
 
 - the claim calls the core's PL/pgSQL function: ``INSERT … ON CONFLICT DO NOTHING``
   on the run's key decides between concurrent claims, and the function reports
@@ -18,14 +18,29 @@ statement and one round trip per decision through Django's cursor, in autocommit
 The tables come from the migrations; the three functions are created at open when
 missing (named after a digest of their text, as the core does, so a rolling upgrade
 that changes them adds new ones beside the old). The rendering needs psycopg 3.
+
+The statements run on the psycopg connection Django manages for the backend's thread
+(``connection.connection``, checked and reconnected through Django before each call:
+see :mod:`._orm_thread`), through one plain ``psycopg.Cursor`` kept for it, and not
+Django's cursor wrapper: they are the core's, written for server-side binding, so
+they are sent with their parameters bound by the server (as the core backend sends
+them) whatever ``OPTIONS["server_side_binding"]`` says for Django's own queries.
+Prepared statements follow Django's setting: none by default (Django turns psycopg's
+preparation off to keep transaction-mode poolers working), the hot statements
+prepared after ``OPTIONS["prepare_threshold"]`` executions when it is set. Driver
+errors become Django's (``wrap_database_errors``), so a dead connection is detected
+and replaced as before.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
+import psycopg
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg import pq
 
 from anarchon_core.backend import Capabilities
 from anarchon_core.backends._postgres_contract import PostgresContract
@@ -40,14 +55,30 @@ Rows = list[tuple[Any, ...]]
 
 #: The table prefix of the models' ``db_table`` (the core's default).
 PREFIX = "anarchon_"
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
 
 
-def _query(conn: BaseDatabaseWrapper, text: str, params: Any = None) -> tuple[Rows, int]:
-    """One statement: its rows (none for a statement without a result) and row count."""
-    with conn.cursor() as cur:
-        cur.execute(text, params)
-        rows = list(cur.fetchall()) if cur.description is not None else []
-        return rows, cur.rowcount
+class _Cursors:
+    """One server-binding cursor per driver connection (a reconnect gets a new one)."""
+
+    __slots__ = ("cursor", "raw")
+
+    def __init__(self) -> None:
+        self.raw: Any = None
+        self.cursor: psycopg.Cursor[Any] | None = None
+
+    def query(self, conn: BaseDatabaseWrapper, text: str, params: Any = None) -> tuple[Rows, int]:
+        """One statement: its rows (none for a statement without a result) and row count."""
+        raw = conn.connection
+        cur = self.cursor
+        if cur is None or raw is not self.raw or cur.closed:
+            cur = self.cursor = psycopg.Cursor(raw)
+            self.raw = raw
+        with conn.wrap_database_errors:
+            cur.execute(text, params)
+            result = cur.pgresult  # cheaper than cur.description, which builds columns
+            has_rows = result is not None and result.status == _TUPLES_OK
+            return (cur.fetchall() if has_rows else []), cur.rowcount
 
 
 class OrmPostgresStore(PostgresContract):
@@ -59,6 +90,7 @@ class OrmPostgresStore(PostgresContract):
     def __init__(self, worker: Worker, *, prune_batch: int = 1000) -> None:
         self._worker = worker
         self.prune_batch = prune_batch
+        self._cursors = _Cursors()
 
     def describe(self) -> str:
         return self._worker.describe
@@ -72,6 +104,7 @@ class OrmPostgresStore(PostgresContract):
         """Nothing to free: the connection belongs to the worker thread."""
 
     def _prepare(self, conn: BaseDatabaseWrapper) -> Statements:
+        _query = self._cursors.query
         rows, _ = _query(conn, "SELECT current_schema()")
         schema = rows[0][0] if rows else None
         if not schema:
@@ -91,4 +124,4 @@ class OrmPostgresStore(PostgresContract):
         return statements
 
     async def _rows(self, text: str, params: Any = None) -> Rows:
-        return (await self._worker.call(lambda conn: _query(conn, text, params)))[0]
+        return (await self._worker.call(partial(self._cursors.query, text=text, params=params)))[0]

@@ -2,9 +2,14 @@
 
 The tables are the core's (see :mod:`anarchon_django.models`), so every decision of
 :class:`~anarchon_core.backends.sqlite.SqliteBackend` applies unchanged: this class
-inherits them and replaces only the plumbing. Statements go through Django's cursor
-(its ``?`` placeholders pass Django's ``%s`` conversion untouched), on the backend's
-own thread, in Django's autocommit mode.
+inherits them and replaces only the plumbing: the decisions run on the ``sqlite3``
+connection Django opened for the backend's own thread (``connection.connection``, with
+Django's settings, ``init_command`` and converters), in Django's autocommit mode
+(``isolation_level=None``: no implicit transactions), as they run on the core's own
+connection. The worker checks it through Django before each batch (see
+:mod:`._orm_thread`); its statements skip Django's cursor wrapper, whose Python per
+statement cost about twice SQLite's own work, and raise ``sqlite3`` errors, which the
+decisions' busy retries expect.
 
 Atomicity is the core's: each decision runs under SQLite's write lock (``BEGIN
 IMMEDIATE`` … ``COMMIT``, decisions queued together sharing one transaction, each in
@@ -21,7 +26,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from anarchon_core.backends._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
@@ -37,36 +41,13 @@ T = TypeVar("T")
 _DEFAULT_TIMEOUT_S = 5.0  # sqlite3.connect's, which Django keeps unless OPTIONS say otherwise
 
 
-class DjangoSqliteConnection:
-    """Django's SQLite connection shaped as the ``sqlite3.Connection`` the decisions use.
-
-    Each ``execute`` is one Django cursor. Django wraps driver errors in its own
-    classes; the decisions and their busy retries expect the driver's, so the original
-    ``sqlite3`` error is raised again.
-    """
-
-    def __init__(self, wrapper: BaseDatabaseWrapper) -> None:
-        self._wrapper = wrapper
-
-    def execute(self, query: str, params: Any = ()) -> Any:
-        cursor = self._wrapper.cursor()
-        try:
-            cursor.execute(query, params)
-        except DatabaseError as exc:
-            if isinstance(exc.__cause__, sqlite3.Error):
-                raise exc.__cause__ from None
-            raise
-        return cursor
-
-    @property
-    def in_transaction(self) -> bool:
-        raw = self._wrapper.connection
-        return raw is not None and bool(raw.in_transaction)
-
-
 def _as_sqlite(wrapper: BaseDatabaseWrapper) -> sqlite3.Connection:
-    # The decisions use only execute() and in_transaction, which the adapter provides.
-    return cast(sqlite3.Connection, DjangoSqliteConnection(wrapper))
+    """The ``sqlite3`` connection Django manages (opened by the worker's check)."""
+    raw = wrapper.connection
+    if raw is None:  # pragma: no cover - Worker.run's check has just connected
+        wrapper.ensure_connection()
+        raw = wrapper.connection
+    return cast(sqlite3.Connection, raw)
 
 
 class OrmSqliteStore(SqliteBackend):

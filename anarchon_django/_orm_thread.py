@@ -7,10 +7,24 @@ by one) and not asgiref's shared sync thread (where a slow sync view would delay
 heartbeats until backups take the run over). That connection is in autocommit, as
 Django leaves it: each statement is its own transaction unless the store opens one.
 
+Each call first checks the connection through Django (``get_autocommit()``, which
+runs ``ensure_connection()``: a closed connection is opened again, with Django's
+settings and ``init_command``) and that it is in autocommit and outside any ``atomic``
+block. The statements themselves then run on the driver connection Django manages
+(``connection.connection``: ``sqlite3`` / psycopg), not through Django's cursor
+wrapper, whose Python per statement (a new cursor, thread checks, ``execute_wrapper``
+hooks, the ``%s``→``?`` rewrite, the ``DEBUG`` query log) took about twice SQLite's own
+work (see the Django section of ``docs/benchmarks.md``). So the store's statements do
+not appear in ``connection.queries`` nor in ``execute_wrapper`` instrumentation. On
+PostgreSQL the driver's errors become Django's through ``connection.wrap_database_errors``,
+as in Django's cursor; on SQLite the decisions handle ``sqlite3`` errors themselves.
+
 A connection that fails with ``OperationalError`` or ``InterfaceError`` is closed, so
 the next call connects afresh; the call itself is repeated once at once when the
 connection was found dead (a server restart, ``pg_terminate_backend``, a proxy's idle
-timeout): every store operation is idempotent for its token (SPEC §8).
+timeout): every store operation is idempotent for its token (SPEC §8). Django's
+``CONN_HEALTH_CHECKS`` and ``CONN_MAX_AGE`` act at request boundaries, which this
+thread never sees: its connection lives until it fails or the backend closes.
 """
 
 from __future__ import annotations

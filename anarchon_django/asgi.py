@@ -12,7 +12,9 @@ The wrapper answers the ASGI ``lifespan`` scope (which Django's own handler does
 speak): the project's scheduler starts on the server's event loop at
 ``lifespan.startup`` and stops with hand-over at ``lifespan.shutdown``. Every other
 scope goes to the wrapped application unchanged. Under ``uvicorn --workers N`` (or
-``gunicorn -k uvicorn.workers.UvicornWorker``) each worker is one instance.
+``gunicorn -k uvicorn_worker.UvicornWorker``, or gunicorn's own ``-k asgi``) each
+worker is one instance (under ``--preload`` the scheduler built in the master mints a
+fresh default instance id when it starts in each worker).
 
 Trade-offs (see ``docs/django.md``): no extra process to deploy, but the scheduler
 lives and dies with the web worker (worker recycling is instance churn; a hung worker

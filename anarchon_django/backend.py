@@ -9,7 +9,9 @@ The store is the core SQL backends' layout, created by this app's migrations
 SQLite backend's, under SQLite's write lock (:mod:`._orm_sqlite`); on PostgreSQL the
 core PostgreSQL backend's statements, one round trip each (:mod:`._orm_postgres`).
 They run as raw SQL on a Django connection of their own, held by a dedicated thread
-(:mod:`._orm_thread`), in autocommit, never inside an outer ``atomic`` block.
+(:mod:`._orm_thread`), in autocommit, never inside an outer ``atomic`` block: checked
+and reconnected through Django, the hot statements sent on the driver connection
+Django manages, past its cursor wrapper.
 """
 
 from __future__ import annotations

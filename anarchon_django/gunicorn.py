@@ -9,7 +9,10 @@
 worker (after the WSGI application, and so Django and every ``jobs.py``, is loaded);
 ``worker_exit`` stops it with hand-over: runs still in flight after ``GRACE_MS`` are
 released so that another instance takes them over at once. Each worker is one
-instance. Never started in the master, so ``--preload`` is safe.
+instance. Never started in the master, so ``--preload`` is safe: the scheduler it
+built there (importing every ``jobs.py``) mints a fresh default instance id when it
+starts in each worker (``Scheduler.start()`` does so after a fork; an ``INSTANCE_ID``
+set in the settings is kept: leave it unset with more than one worker).
 
 Trade-offs (see ``docs/django.md``): use the ``sync`` or ``gthread`` workers (gevent
 and eventlet patch threads and the event loop the scheduler uses); a worker recycled

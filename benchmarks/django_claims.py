@@ -5,10 +5,13 @@ configured here (``settings.configure``, ``INSTALLED_APPS = ["anarchon_django"]`
 throwaway SQLite file and on a fresh PostgreSQL database, and ``migrate`` creates the
 tables. In the same run, interleaved every ``--chunk`` claims in rotating order:
 
-* ``django backend``: ``DjangoBackend.claim`` (``django://ALIAS``), ``skip_overlap=True``;
+* ``django backend``: ``DjangoBackend.claim`` (``django://ALIAS``), ``skip_overlap=True``,
+  Django's default settings (on PostgreSQL the backend binds its statements server-side
+  whatever Django's ``server_side_binding``, and prepares none: Django's default
+  ``prepare_threshold`` is ``None``);
 * ``django, prepared`` (PostgreSQL only): the same on a second alias of the same
-  database with ``OPTIONS = {"server_side_binding": True, "prepare_threshold": 5}``
-  (Django's default is client-side binding, never prepared; the core prepares after 5);
+  database with ``OPTIONS = {"prepare_threshold": 5}`` (the statements prepared after
+  5 executions, as the core backend's);
 * ``core backend``: ``SqliteBackend`` (a file beside Django's) / ``PostgresBackend`` (a
   schema of the same database, a pool of one connection);
 * ``raw, thread``: ``INSERT … ON CONFLICT (job, slot) DO NOTHING`` with the row count,
@@ -63,7 +66,7 @@ US = 1_000.0
 DJANGO, DJANGO_PREPARED, CORE = "django backend", "django, prepared", "core backend"
 RAW_THREAD, RAW_INLINE = "raw, thread", "raw, inline"
 #: Django's psycopg options of the ``django, prepared`` variant.
-PREPARED = {"server_side_binding": True, "prepare_threshold": 5}
+PREPARED = {"prepare_threshold": 5}
 PATHS = ("win", "lose")
 #: WAL and synchronous=NORMAL on Django's SQLite connection, as the core backend sets.
 SQLITE_INIT = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL"

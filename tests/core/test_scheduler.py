@@ -448,6 +448,40 @@ def test_configure_before_start_only() -> None:
     assert {r.instance_id for r in run(records(second))} == {"b"}
 
 
+@pytest.mark.parametrize("given", [None, "fixed"])
+def test_a_forked_child_starts_with_its_own_default_instance_id(given: str | None) -> None:
+    """Built before a fork (``gunicorn --preload``, ``celery worker -B``), a scheduler
+    with the default id mints a new one when it starts in the child; a given id stays."""
+    import multiprocessing
+    import os
+
+    s = Scheduler(MemoryBackend(), instance_id=given, **FAST)
+    parent_id = s.instance_id
+    if given is None:
+        assert f":{os.getpid()}:" in parent_id
+
+    def child(conn: Any) -> None:
+        async def main() -> str:
+            await s.start()
+            try:
+                return s.instance_id
+            finally:
+                await s.stop()
+
+        conn.send(run(main()))
+
+    parent_end, child_end = multiprocessing.get_context("fork").Pipe()
+    proc = multiprocessing.get_context("fork").Process(target=child, args=(child_end,))
+    proc.start()
+    child_id = parent_end.recv()
+    proc.join(10)
+    if given is None:
+        assert child_id != parent_id and f":{proc.pid}:" in child_id
+    else:
+        assert child_id == parent_id == "fixed"
+    assert s.instance_id == parent_id  # the parent's own id is untouched
+
+
 def test_catch_up_slots_are_the_latest_thousand() -> None:
     from anarchon_core._engine import latest_slots
     from anarchon_core.schedules import Cron, Every
