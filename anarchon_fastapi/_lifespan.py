@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
-import re
-import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, cast
@@ -15,7 +12,6 @@ from typing import Annotated, Any, cast
 from fastapi import Depends, FastAPI, HTTPException, Request
 
 from anarchon_core import Backend, ConfigurationError, Scheduler
-from anarchon_core.scheduler import default_instance_id
 
 __all__ = ["STATE_KEY", "SchedulerDep", "get_scheduler", "lifespan"]
 
@@ -126,7 +122,6 @@ def lifespan(
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         async with _inner(inner, app) as inner_state:
-            _renew_forked_instance_id(scheduler)
             await scheduler.start()
             store = SharedStore(scheduler)
             setattr(app.state, STATE_KEY, scheduler)
@@ -152,17 +147,6 @@ async def _inner(inner: Lifespan | None, app: FastAPI) -> AsyncIterator[Mapping[
         return
     async with inner(app) as state:
         yield state
-
-
-def _renew_forked_instance_id(scheduler: Scheduler) -> None:
-    """A default instance id names the pid that built the scheduler. Built before a fork
-    (``gunicorn --preload``), every worker would share it: give this process its own.
-    (``uvicorn --workers`` spawns, so each worker builds its own scheduler anyway.)"""
-    if scheduler.running:
-        return  # start() raises the usual error
-    found = re.fullmatch(r"(.+):([0-9]+):[0-9a-f]{6}", scheduler.instance_id)
-    if found and found[1] == socket.gethostname() and int(found[2]) != os.getpid():
-        scheduler.configure(instance_id=default_instance_id())
 
 
 async def _stop(scheduler: Scheduler, grace_ms: int) -> None:

@@ -16,6 +16,13 @@ never take the lock.
 A transaction that cannot start or commit because another process holds the file is
 repeated within the backend's ``busy_timeout_ms``; an error that ends a whole
 transaction is the error of each of its decisions, as none of them was committed.
+
+The answers of a batch are handed back to the event loop at most
+:data:`SETTLE_PER_TURN` per loop iteration: every answer wakes a caller that then
+runs (a won claim starts its run, a finish reports its metrics), and 64 of them in
+one iteration would hold the loop for milliseconds while the application sharing it
+(a web server's requests) waits. In smaller portions the loop polls its sockets
+between them.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from ..errors import BackendError
 
 __all__ = [
     "MAX_BATCH",
+    "SETTLE_PER_TURN",
     "Decision",
     "Failed",
     "WriteQueue",
@@ -49,6 +57,8 @@ T = TypeVar("T")
 
 #: Most decisions per transaction: bounds how long the write lock is held at once.
 MAX_BATCH = 64
+#: Most answers handed to their callers per event-loop iteration.
+SETTLE_PER_TURN = 8
 _SAVEPOINT = "anarchon_decision"
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 _MIN_BUSY_RETRIES = 3
@@ -211,6 +221,10 @@ class WriteQueue:
         self._execute = execute
         self._queued: deque[_Queued] = deque()
         self._in_flight: asyncio.Future[list[Any]] | None = None
+        #: Answers not yet handed to their callers, in order, and whether a later loop
+        #: iteration will hand over the next portion.
+        self._answered: deque[tuple[_Queued, Any]] = deque()
+        self._settling: asyncio.Handle | None = None
 
     def submit(self, decision: Decision[T]) -> asyncio.Future[T]:
         """Queue ``decision``; the future gets its answer or its error."""
@@ -224,6 +238,9 @@ class WriteQueue:
         """Wait until every decision queued so far is settled (not cancellable midway)."""
         while self._in_flight is not None:
             await asyncio.wait({self._in_flight})
+        if self._settling is not None:  # closing: hand over the rest at once
+            self._settling.cancel()
+        self._settle(len(self._answered))
 
     def _send_next(self) -> None:
         while True:
@@ -241,7 +258,7 @@ class WriteQueue:
                 )
             except RuntimeError as exc:  # the executor was shut down by an interrupted close
                 error = BackendError(f"the SQLite store was closed: {exc}")
-                _settle(batch, [Failed(error)] * len(batch))
+                self._answer(batch, [Failed(error)] * len(batch))
                 continue
             self._in_flight = asyncio.wrap_future(sent)
             self._in_flight.add_done_callback(partial(self._done, batch))
@@ -253,15 +270,27 @@ class WriteQueue:
         except BaseException as exc:  # execute() reports errors per decision: a bug, or ^C
             error = exc if isinstance(exc, Exception) else BackendError(repr(exc))
             answers = [Failed(error)] * len(batch)
-        _settle(batch, answers)
-        self._send_next()
+        self._send_next()  # the store works on the next batch while these are handed over
+        self._answer(batch, answers)
 
+    def _answer(self, batch: list[_Queued], answers: list[Any]) -> None:
+        """Hand ``answers`` to their callers: a first portion now, the rest in later turns."""
+        self._answered.extend(zip(batch, answers, strict=True))
+        if self._settling is None:
+            self._settle(SETTLE_PER_TURN)
 
-def _settle(batch: list[_Queued], answers: list[Any]) -> None:
-    for queued, answer in zip(batch, answers, strict=True):
-        if queued.future.done():  # cancelled while its batch ran: nobody waits for it
-            continue
-        if isinstance(answer, Failed):
-            queued.future.set_exception(answer.error)
-        else:
-            queued.future.set_result(answer)
+    def _settle(self, count: int) -> None:
+        self._settling = None
+        answered = self._answered
+        while answered and count > 0:
+            queued, answer = answered.popleft()
+            if queued.future.done():  # cancelled while its batch ran: nobody waits for it
+                continue
+            count -= 1
+            if isinstance(answer, Failed):
+                queued.future.set_exception(answer.error)
+            else:
+                queued.future.set_result(answer)
+        if answered:  # the next portion after the loop has polled its sockets once
+            loop = asyncio.get_running_loop()
+            self._settling = loop.call_soon(self._settle, SETTLE_PER_TURN)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -369,16 +367,3 @@ def test_the_example_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert paused.json() == {"job": "reports.daily", "paused": True}
         assert client.get("/anarchon/").status_code == 200
     assert not example.scheduler.running
-
-
-def test_a_default_instance_id_made_before_a_fork_is_renewed() -> None:
-    host = socket.gethostname()
-    inherited = make_scheduler()
-    inherited.configure(instance_id=f"{host}:{os.getpid() + 1}:abcdef")  # as after a fork
-    chosen = make_scheduler()
-    chosen.configure(instance_id="web-1")
-    for scheduler in (inherited, chosen):
-        with TestClient(FastAPI(lifespan=lifespan(scheduler))):
-            pass
-    assert inherited.instance_id.startswith(f"{host}:{os.getpid()}:")
-    assert chosen.instance_id == "web-1"
