@@ -2,13 +2,21 @@
 
 Every beat process (or ``worker -B``) builds the same anarchon jobs from ``beat_schedule``;
 the anarchon store picks one winner per (job, slot), and only the winner sends the task.
+
+Sends run in one daemon thread per beat, in order, on beat's own publishing producer (as
+stock beat publishes): a thread per send and a producer-pool acquire per send cost about
+as much CPU as the send itself, and beat is bound by one core (the GIL).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
 import threading
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from celery import beat  # type: ignore[import-untyped]
@@ -35,6 +43,55 @@ def task_id_for(job: str, slot: int) -> str:
     return str(uuid.uuid5(_TASK_ID_NAMESPACE, f"{job}@{slot}"))
 
 
+class _Sender:
+    """One daemon thread that runs the winners' sends, in order.
+
+    A daemon thread, so that a send hanging on a broker that never answers cannot keep
+    the process alive past the grace period; a send whose run was cancelled before it
+    started (grace expired, lease lost) is dropped.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None] | None
+        self._queue = None
+
+    def submit(self, call: Callable[[], None]) -> Future[None]:
+        future: Future[None] = Future()
+        with self._lock:
+            if self._queue is None:
+                self._queue = queue.SimpleQueue()
+                thread = threading.Thread(
+                    target=self._serve,
+                    args=(self._queue,),
+                    name="anarchon-celery-send",
+                    daemon=True,
+                )
+                thread.start()
+            self._queue.put((future, call))
+        return future
+
+    def close(self) -> None:
+        """Let the thread end after the sends already queued (never waits for it)."""
+        with self._lock:
+            pending, self._queue = self._queue, None
+        if pending is not None:
+            pending.put(None)
+
+    @staticmethod
+    def _serve(pending: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None]) -> None:
+        while (item := pending.get()) is not None:
+            future, call = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                call()
+            except BaseException as exc:  # delivered to the run, which records it
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+
+
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
     """Run ``beat_schedule`` through anarchon: each due task is sent by exactly one beat.
 
@@ -48,6 +105,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._core: CoreScheduler | None = None
         self._background: BackgroundScheduler | None = None
         self._lifecycle = threading.Lock()
+        self._sender = _Sender()
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # -- set-up (no I/O) -------------------------------------------------------------
@@ -106,14 +164,19 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         return core
 
     def _handler(self, entry_name: str, plan: EntryPlan) -> Any:
-        def send(ctx: RunContext) -> None:
-            self._send(entry_name, plan, ctx)
+        async def send(ctx: RunContext) -> None:
+            await asyncio.wrap_future(
+                self._sender.submit(lambda: self._send(entry_name, plan, ctx))
+            )
 
         send.__name__ = send.__qualname__ = f"send:{entry_name}"
         return send
 
     def _send(self, entry_name: str, plan: EntryPlan, ctx: RunContext) -> None:
-        """Send the entry's task for this run; a publish error fails the attempt."""
+        """Send the entry's task for this run (in the sender thread) on beat's producer.
+
+        A publish error fails the attempt.
+        """
         entry = self.schedule[entry_name]
         args = beat._evaluate_entry_args(entry.args)
         kwargs = beat._evaluate_entry_kwargs(entry.kwargs)
@@ -132,7 +195,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             )
         ctx.meta["task_id"] = options["task_id"]
         ctx.logger.info("sending %s (%s) as %s", entry_name, entry.task, options["task_id"])
-        self.app.send_task(entry.task, args, kwargs, **options)
+        self.app.send_task(entry.task, args, kwargs, producer=self.producer, **options)
 
     # -- beat's loop ------------------------------------------------------------------
     def tick(self, *args: Any, **kwargs: Any) -> float:
@@ -169,6 +232,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 background.stop()
             except Exception:  # pragma: no cover - BackgroundScheduler.stop never raises
                 logger.exception("anarchon scheduler did not stop cleanly")
+        self._sender.close()
         try:
             super().close()
         except Exception:
