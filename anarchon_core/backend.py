@@ -397,6 +397,16 @@ def bound_error(text: str | None) -> str | None:
     return text[: MAX_ERROR_CHARS - 1] + "…"
 
 
+def meta_json(meta: dict[str, Any] | None) -> str:
+    """A run's ``meta`` as the JSON text stores keep; a value that is not JSON is refused."""
+    try:
+        return json.dumps(meta or {}, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
+        ) from exc
+
+
 def instance_json(info: InstanceInfo) -> str:
     """``info`` as the JSON text a registry keeps; non-JSON job specs are refused."""
     try:

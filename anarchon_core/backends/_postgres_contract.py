@@ -22,6 +22,7 @@ from ..backend import (
     Lease,
     TakeoverRequest,
     bound_error,
+    meta_json,
 )
 from ..errors import BackendError, ConfigurationError
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
@@ -209,19 +210,13 @@ def finish_params(
 ) -> dict[str, Any]:
     """The parameters of ``Statements.finish``; apart so that a caller can send the
     statement in its own transaction (the Django adapter's ``transactional=True``)."""
-    try:
-        meta_json = json.dumps(_without_nul(meta or {}), separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
-        ) from exc
     retrying = retry_in_ms is not None and status == Status.FAILED
     return {
         "state": WAITING if retrying else str(status),
         "retry_in": retry_in_ms if retrying else None,
         "status": str(status),
         "error": _text(bound_error(error)),
-        "meta": meta_json,
+        "meta": meta_json(_without_nul(meta or {})),
         "job": lease.job,
         "slot": lease.slot,
         "attempt": lease.attempt,

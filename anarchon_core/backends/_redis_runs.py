@@ -34,8 +34,8 @@ from ..backend import (
     Lease,
     TakeoverRequest,
     bound_error,
+    meta_json,
 )
-from ..errors import ConfigurationError
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 from . import _redis_lua as lua
 from ._redis_base import Call, RedisBackend, command, execute, newest_slot, queue
@@ -92,12 +92,7 @@ class _RunsBackend(RedisBackend):
         meta: dict[str, Any] | None = None,
         retry_in_ms: int | None = None,
     ) -> bool:
-        try:
-            meta_json = json.dumps(meta, separators=(",", ":")) if meta else ""
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
-            ) from exc
+        meta_text = meta_json(meta) if meta else ""
         error = bound_error(error)
         retry = "" if retry_in_ms is None or not self.capabilities.lease else str(retry_in_ms)
         job, slot = lease.job, lease.slot
@@ -114,7 +109,7 @@ class _RunsBackend(RedisBackend):
                 str(status),
                 "0" if error is None else "1",
                 error or "",
-                meta_json,
+                meta_text,
                 retry,
                 slot,
                 self.open_state,

@@ -23,9 +23,9 @@ from ..backend import (
     Lease,
     TakeoverRequest,
     bound_error,
+    meta_json,
     wall_clock_ms,
 )
-from ..errors import ConfigurationError
 from ..records import Origin, Outcome, RunRecord, Status
 from . import _sqlite_sql as sql
 
@@ -210,12 +210,7 @@ def finish(
     Built apart from the backend so that a caller holding its own transaction on the
     same file (the Django adapter's ``transactional=True``) can run it there.
     """
-    try:
-        meta_json = json.dumps(meta or {}, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
-        ) from exc
+    meta_text = meta_json(meta)
     error = bound_error(error)
 
     def decide(conn: sqlite3.Connection, now: int) -> bool:
@@ -230,7 +225,7 @@ def finish(
         if retry_in_ms is not None and status == Status.FAILED:
             new_state, retry_at = sql.WAITING, now + retry_in_ms
         conn.execute(sql.FINISH_RUN, (new_state, retry_at, *key))
-        conn.execute(sql.FINISH_ATTEMPT, (str(status), now, error, meta_json, *key, lease.attempt))
+        conn.execute(sql.FINISH_ATTEMPT, (str(status), now, error, meta_text, *key, lease.attempt))
         return True
 
     return decide

@@ -19,18 +19,22 @@ def increments(counts: list[int]) -> list[int]:
     return [b - a for a, b in pairwise(counts) if b != a]
 
 
+def callers(pacer: Pacer, count: int, through: list[int]) -> list[asyncio.Task[None]]:
+    """``count`` tasks that each wait for a turn, then note their number in ``through``."""
+
+    async def caller(i: int) -> None:
+        waiter = pacer.turn()
+        if waiter is not None:
+            await waiter
+        through.append(i)
+
+    return [asyncio.create_task(caller(i)) for i in range(count)]
+
+
 def test_the_pacer_lets_a_few_through_per_iteration_in_order() -> None:
     async def main() -> tuple[list[int], list[int]]:
-        pacer = Pacer(3)
         through: list[int] = []
-
-        async def caller(i: int) -> None:
-            waiter = pacer.turn()
-            if waiter is not None:
-                await waiter
-            through.append(i)
-
-        tasks = [asyncio.create_task(caller(i)) for i in range(10)]
+        tasks = callers(Pacer(3), 10, through)
         counts = []
         while len(through) < 10:
             counts.append(len(through))
@@ -47,16 +51,8 @@ def test_the_pacer_lets_a_few_through_per_iteration_in_order() -> None:
 
 def test_a_cancelled_waiter_does_not_use_a_turn() -> None:
     async def main() -> list[int]:
-        pacer = Pacer(1)
         through: list[int] = []
-
-        async def caller(i: int) -> None:
-            waiter = pacer.turn()
-            if waiter is not None:
-                await waiter
-            through.append(i)
-
-        tasks = [asyncio.create_task(caller(i)) for i in range(4)]
+        tasks = callers(Pacer(1), 4, through)
         await asyncio.sleep(0)  # every caller asked for its turn; the first went through
         tasks[1].cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
