@@ -19,7 +19,6 @@ crash; a power loss may lose the last commits, which the lease protocol tolerate
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sqlite3
 from collections.abc import Callable, Collection, Sequence, Set
@@ -45,7 +44,7 @@ from ..errors import BackendError, BackendUnavailable, ConfigurationError, Schem
 from ..records import HistoryQuery, Origin, RunRecord, Status
 from . import _sqlite_decisions as decisions
 from . import _sqlite_sql as sql
-from ._sql import history_filter
+from ._sql import history_filter, record_from_row
 from ._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
 
 __all__ = ["SqliteBackend"]
@@ -87,7 +86,6 @@ class SqliteBackend(Backend):
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._queue: WriteQueue | None = None
-        self._jobs_json: tuple[dict[str, Any], str] | None = None
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -283,7 +281,7 @@ class SqliteBackend(Backend):
         params.append(max(query.limit, 0))
 
         def read(conn: sqlite3.Connection) -> list[RunRecord]:
-            return [decisions.record_from_row(row) for row in conn.execute(text, params)]
+            return [record_from_row(row) for row in conn.execute(text, params)]
 
         return await self._call(read)
 
@@ -308,25 +306,10 @@ class SqliteBackend(Backend):
         return await self._write(partial(decisions.cancel, job=job, slot=slot))
 
     async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
-        text = self._instance_json(info)  # refused here, before the store, if not JSON
+        text = instance_json(info)  # refused here, before the store, if not JSON
         await self._write(
             partial(decisions.register, instance_id=info.instance_id, info_json=text, ttl_ms=ttl_ms)
         )
-
-    def _instance_json(self, info: InstanceInfo) -> str:
-        """:func:`instance_json`, with the text of ``jobs`` reused between refreshes.
-
-        The engine refreshes its entry once per heartbeat with the same ``jobs`` dict;
-        with 1,000 jobs that is 300 KB of JSON, milliseconds on the event loop each
-        time. The text is kept while the same dict object comes back (it is held here,
-        so its identity cannot be taken by another); the other fields are encoded anew.
-        """
-        cached = self._jobs_json
-        if cached is None or cached[0] is not info.jobs:
-            instance_json(info)  # refuses job specs that are not JSON values
-            cached = self._jobs_json = (info.jobs, json.dumps(info.jobs, separators=(",", ":")))
-        fields = {k: v for k, v in info.to_json().items() if k != "jobs"}
-        return json.dumps(fields, separators=(",", ":"))[:-1] + ',"jobs":' + cached[1] + "}"
 
     async def unregister(self, instance_id: str) -> None:
         await self._write(lambda conn, _now: conn.execute(sql.UNREGISTER, (instance_id,)))
