@@ -34,8 +34,6 @@ if TYPE_CHECKING:  # psycopg renders them: imported only where PostgreSQL is use
 
 __all__ = ["AttemptFenced", "store_alias", "transactional"]
 
-#: The table prefix of the models' ``db_table`` (the core's default).
-_PREFIX = "anarchon_"
 _statements: dict[str, Statements] = {}
 _statements_lock = threading.Lock()
 
@@ -115,7 +113,9 @@ def _postgres_statements(conn: Any) -> Statements:
             (schema,) = cursor.fetchone()
         from anarchon_core.backends._postgres_sql import Statements
 
-        found = Statements(str(schema), _PREFIX)
+        from ._orm_postgres import PREFIX
+
+        found = Statements(str(schema), PREFIX)
         with _statements_lock:
             _statements[conn.alias] = found
     return found

@@ -28,7 +28,7 @@ from ..errors import BackendError, ConfigurationError
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
 from . import _postgres_ops as ops
 from ._postgres_sql import TERMINAL, WAITING, Statements
-from ._sql import history_filter
+from ._sql import history_filter, record_from_row
 
 __all__ = ["Params", "PostgresContract", "finish_params", "finish_verdict"]
 
@@ -140,7 +140,7 @@ class PostgresContract(Backend):
         where, params = history_filter(query, "%s")
         params.append(max(query.limit, 0))
         text = self.sql.history + where + self.sql.history_order
-        return [_record(row) for row in await self._rows(text, params)]
+        return [record_from_row(row) for row in await self._rows(text, params)]
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete in batches of ``prune_batch`` records, each its own short transaction."""
@@ -249,20 +249,3 @@ def _without_nul(value: Any) -> Any:
 def _json(value: Any) -> Any:
     """psycopg loads ``jsonb`` as Python values; Django's cursor leaves it text: parse it."""
     return json.loads(value) if isinstance(value, str) else value
-
-
-def _record(row: tuple[Any, ...]) -> RunRecord:
-    job, slot, attempt, origin, status, instance, claimed, started, finished, error, meta = row
-    return RunRecord(
-        job,
-        slot,
-        attempt,
-        Origin(origin),
-        Status(status),
-        instance,
-        claimed,
-        started,
-        finished,
-        error,
-        _json(meta),
-    )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from ..records import HistoryQuery
+import json
+from typing import Any
 
-__all__ = ["history_filter"]
+from ..records import HistoryQuery, Origin, RunRecord, Status
+
+__all__ = ["history_filter", "record_from_row"]
 
 
 def history_filter(query: HistoryQuery, placeholder: str) -> tuple[str, list[object]]:
@@ -36,3 +39,25 @@ def history_filter(query: HistoryQuery, placeholder: str) -> tuple[str, list[obj
         where.append(f"(slot, job, attempt) < ({placeholder}, {placeholder}, {placeholder})")
         params.extend(before)
     return (" WHERE " + " AND ".join(where) if where else ""), params
+
+
+def record_from_row(row: tuple[Any, ...]) -> RunRecord:
+    """A history row (the attempts table's columns in :class:`RunRecord`'s order).
+
+    ``meta`` is JSON text on SQLite and through Django's cursor; psycopg loads ``jsonb``
+    as Python values.
+    """
+    job, slot, attempt, origin, status, instance_id, claimed, started, finished, error, meta = row
+    return RunRecord(
+        job,
+        slot,
+        attempt,
+        Origin(origin),
+        Status(status),
+        instance_id,
+        claimed,
+        started,
+        finished,
+        error,
+        json.loads(meta) if isinstance(meta, str) else meta,
+    )

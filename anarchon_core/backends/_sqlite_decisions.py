@@ -26,7 +26,7 @@ from ..backend import (
     meta_json,
     wall_clock_ms,
 )
-from ..records import Origin, Outcome, RunRecord, Status
+from ..records import Outcome, Status
 from . import _sqlite_sql as sql
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
     "instance_from_row",
     "live_run",
     "prune",
-    "record_from_row",
     "register",
     "take_over",
     "trigger",
@@ -247,20 +246,3 @@ def _interrupt(conn: sqlite3.Connection, request: TakeoverRequest, now: int) -> 
     """End the dead attempt's record as interrupted, unless it already has an outcome."""
     params = (now, "lease expired", request.job, request.slot, request.attempt, 1)
     conn.execute(sql.INTERRUPT_ATTEMPT, params)
-
-
-def record_from_row(row: tuple[Any, ...]) -> RunRecord:
-    job, slot, attempt, origin, status, instance_id, claimed, started, finished, error, meta = row
-    return RunRecord(
-        job,
-        slot,
-        attempt,
-        Origin(origin),
-        Status(status),
-        instance_id,
-        claimed,
-        started,
-        finished,
-        error,
-        json.loads(meta),
-    )
