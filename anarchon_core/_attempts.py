@@ -310,6 +310,8 @@ class Attempts:
 
 def bounded_meta(meta: dict[str, Any]) -> dict[str, Any]:
     """``ctx.meta`` as stored: JSON-serialisable and at most :data:`MAX_META_BYTES`."""
+    if not meta:
+        return {}
     try:
         size = len(json.dumps(meta).encode())
     except (TypeError, ValueError) as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import threading
 from collections.abc import MutableMapping
@@ -14,6 +15,9 @@ from .errors import RunCancelled
 from .records import Origin, ms_to_datetime
 
 __all__ = ["RunContext", "RunLogger"]
+
+#: Orders a sync handler's first :meth:`RunContext.wait` with the loop's ``_cancel()``.
+_SIGNALS_LOCK = threading.Lock()
 
 
 class RunLogger(logging.LoggerAdapter[logging.Logger]):
@@ -54,7 +58,6 @@ class RunContext:
     ) -> None:
         self.job = job
         self.slot = slot
-        self.scheduled_at: dt.datetime = ms_to_datetime(slot)
         self.attempt = attempt
         self.instance_id = instance_id
         self.origin = origin
@@ -77,8 +80,11 @@ class RunContext:
             {"job": job, "slot": slot, "attempt": attempt, "instance": instance_id},
         )
         self._loop = loop
-        self._flag = threading.Event()
-        self._event = asyncio.Event()
+        # The waitable signals are made only for handlers that wait on them: most runs
+        # never do, and making both costs as much as the rest of a run's context.
+        self._cancelled = False
+        self._flag: threading.Event | None = None
+        self._event: asyncio.Event | None = None
         self._reason: str | None = None
 
     def __repr__(self) -> str:
@@ -87,10 +93,15 @@ class RunContext:
             f"origin={self.origin!s}, instance_id={self.instance_id!r})"
         )
 
+    @functools.cached_property
+    def scheduled_at(self) -> dt.datetime:
+        """The slot as an aware UTC datetime."""
+        return ms_to_datetime(self.slot)
+
     @property
     def cancelled(self) -> bool:
         """True once the run must stop; safe to read from any thread."""
-        return self._flag.is_set()
+        return self._cancelled
 
     @property
     def cancel_reason(self) -> str | None:
@@ -99,21 +110,36 @@ class RunContext:
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`RunCancelled` if the run must stop."""
-        if self._flag.is_set():
+        if self._cancelled:
             raise RunCancelled(f"run {self.job}@{self.slot} cancelled: {self._reason}")
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds in a sync handler; True if cancelled meanwhile."""
-        return self._flag.wait(timeout)
+        with _SIGNALS_LOCK:  # made here or set by _cancel(), never missed between
+            if self._flag is None:
+                self._flag = threading.Event()
+                if self._cancelled:
+                    self._flag.set()
+            flag = self._flag
+        return flag.wait(timeout)
 
     async def wait_cancelled(self) -> None:
         """Return once the run must stop (for async handlers)."""
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self._cancelled:
+                self._event.set()
         await self._event.wait()
 
     def _cancel(self, reason: str) -> None:
         """Set the signal; called on the scheduler's loop thread only."""
-        if self._flag.is_set():
-            return
-        self._reason = reason
-        self._flag.set()
-        self._event.set()
+        with _SIGNALS_LOCK:
+            if self._cancelled:
+                return
+            self._reason = reason
+            self._cancelled = True
+            flag = self._flag
+        if flag is not None:
+            flag.set()
+        if self._event is not None:
+            self._event.set()
