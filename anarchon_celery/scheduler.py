@@ -11,12 +11,12 @@ as much CPU as the send itself, and beat is bound by one core (the GIL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 from celery import beat  # type: ignore[import-untyped]
@@ -43,21 +43,44 @@ def task_id_for(job: str, slot: int) -> str:
     return str(uuid.uuid5(_TASK_ID_NAMESPACE, f"{job}@{slot}"))
 
 
+#: Most sends answered to the engine in one wake-up of its loop.
+ANSWER_BATCH = 32
+
+
+class _Send:
+    """One queued send: the call and the engine-loop future its run awaits."""
+
+    __slots__ = ("call", "future", "loop")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[None],
+        call: Callable[[], None],
+    ) -> None:
+        self.loop = loop
+        self.future = future
+        self.call = call
+
+
 class _Sender:
     """One daemon thread that runs the winners' sends, in order.
 
     A daemon thread, so that a send hanging on a broker that never answers cannot keep
     the process alive past the grace period; a send whose run was cancelled before it
-    started (grace expired, lease lost) is dropped.
+    started (grace expired, lease lost) is dropped. Outcomes go back to the engine's
+    loop in batches (one wake-up per :data:`ANSWER_BATCH` sends, or when the queue runs
+    dry): a wake-up per send cost as much as the rest of the hand-off.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None] | None
-        self._queue = None
+        self._queue: queue.SimpleQueue[_Send | None] | None = None
 
-    def submit(self, call: Callable[[], None]) -> Future[None]:
-        future: Future[None] = Future()
+    def submit(self, call: Callable[[], None]) -> asyncio.Future[None]:
+        """Queue ``call``; the returned future (of the running loop) ends with it."""
+        loop = asyncio.get_running_loop()
+        send = _Send(loop, loop.create_future(), call)
         with self._lock:
             if self._queue is None:
                 self._queue = queue.SimpleQueue()
@@ -68,8 +91,8 @@ class _Sender:
                     daemon=True,
                 )
                 thread.start()
-            self._queue.put((future, call))
-        return future
+            self._queue.put(send)
+        return send.future
 
     def close(self) -> None:
         """Let the thread end after the sends already queued (never waits for it)."""
@@ -79,17 +102,47 @@ class _Sender:
             pending.put(None)
 
     @staticmethod
-    def _serve(pending: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None]) -> None:
-        while (item := pending.get()) is not None:
-            future, call = item
-            if not future.set_running_or_notify_cancel():
+    def _serve(pending: queue.SimpleQueue[_Send | None]) -> None:
+        answers: list[tuple[_Send, Exception | None]] = []
+        while True:
+            if answers and (len(answers) >= ANSWER_BATCH or pending.empty()):
+                _answer(answers)
+                answers = []
+            send = pending.get()
+            if send is None:
+                break
+            if send.future.cancelled():  # read across threads: at worst sent, then dropped
                 continue
             try:
-                call()
-            except BaseException as exc:  # delivered to the run, which records it
-                future.set_exception(exc)
+                send.call()
+            except Exception as exc:  # delivered to the run, which records it
+                answers.append((send, exc))
+            except BaseException as exc:  # SystemExit & co. would end the engine's loop
+                answers.append((send, RuntimeError(f"the send raised {exc!r}")))
             else:
-                future.set_result(None)
+                answers.append((send, None))
+        _answer(answers)
+
+
+def _answer(answers: list[tuple[_Send, Exception | None]]) -> None:
+    """Hand outcomes to their loops, one ``call_soon_threadsafe`` per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Send, Exception | None]]] = {}
+    for answer in answers:
+        by_loop.setdefault(answer[0].loop, []).append(answer)
+    for loop, batch in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: abandoned at stop
+            loop.call_soon_threadsafe(_settle, batch)
+
+
+def _settle(batch: list[tuple[_Send, Exception | None]]) -> None:
+    """On the loop: end each send's future (unless its run gave up waiting)."""
+    for send, exc in batch:
+        if send.future.done():
+            continue
+        if exc is None:
+            send.future.set_result(None)
+        else:
+            send.future.set_exception(exc)
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
@@ -165,9 +218,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def _handler(self, entry_name: str, plan: EntryPlan) -> Any:
         async def send(ctx: RunContext) -> None:
-            await asyncio.wrap_future(
-                self._sender.submit(lambda: self._send(entry_name, plan, ctx))
-            )
+            await self._sender.submit(lambda: self._send(entry_name, plan, ctx))
 
         send.__name__ = send.__qualname__ = f"send:{entry_name}"
         return send
