@@ -5,6 +5,14 @@
 the subclass of the chosen strategy. Driver retries are off: a command that may have
 run is never resent blindly (a repeated ``XADD`` would read as a lost claim); the
 engine retries with the same token, which every strategy recognises.
+
+Script calls (:meth:`RedisBackend._eval`: a claim, a finish …; ``_eval_batch``: a
+heartbeat …) are coalesced: each round trip costs far more client CPU (pool, timeouts,
+socket wake-ups) than a command in it, so the calls issued while a pipeline is in
+flight queue up and leave together in the next one. A lone call still leaves at the
+end of the current event-loop iteration: there is no timer, so an idle store adds no
+latency. One queue keeps the calls in the order they were made (a heartbeat issued
+after a finish cannot overtake it), and their callers resume in that order.
 """
 
 from __future__ import annotations
@@ -13,9 +21,10 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, ClassVar, Self, TypeVar, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -62,12 +71,27 @@ MIN_SERVER = (6, 2)
 POOL_SIZE = 50
 POOL_WAIT_S = 5.0
 SOCKET_TIMEOUT_S = 5.0
+#: Commands per coalesced pipeline, at most (a larger ``_eval_batch`` still goes whole):
+#: bounds how long one reply takes to read while the calls behind it wait.
+MAX_BATCH = 256
 
 _TRANSIENT_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY")
 
 T = TypeVar("T")
 logger = logging.getLogger("anarchon.backends.redis")
 Call = tuple[LuaScript, Sequence[str], Sequence[str | int]]
+#: One command of a pipeline, with the script it runs (``EVALSHA``), if any.
+Command = tuple[LuaScript | None, Sequence[str | int]]
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A coalesced script call waiting for its round trip: its commands and its caller."""
+
+    commands: list[Command]  # plain commands first (the index ``SADD``), then scripts
+    future: asyncio.Future[Any]
+    scripts_from: int  # where the scripts' replies start: the plain commands' are dropped
+    single: bool  # one script (its reply) or a batch (the list of its scripts' replies)
 
 
 class RedisBackend(Backend):
@@ -109,6 +133,10 @@ class RedisBackend(Backend):
         self._settings = settings
         self._client: Redis | None = None
         self._indexed: set[str] = set()  # jobs known to be in the jobs index
+        self._queued: list[_Queued] = []  # script calls waiting for the next round trip
+        self._flusher: asyncio.Task[None] | None = None  # sends them; one pipeline at a time
+        #: Pipelines sent (tests observe the coalescing with it).
+        self.round_trips = 0
         self.server = "a server whose version is unknown (INFO refused)"
         self.server_version: tuple[int, ...] | None = None
 
@@ -170,7 +198,16 @@ class RedisBackend(Backend):
         self._client = client
 
     async def close(self) -> None:
+        """Stop sending coalesced calls (their callers get ``BackendUnavailable``), disconnect."""
         client, self._client = self._client, None
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
+            # wait() and not ``await flusher``: a cancellation of close() itself must surface.
+            await asyncio.wait([flusher])
+        # A flusher cancelled before its first step never ran: fail what it left queued.
+        self._fail(self._queued, self._closed)
+        self._queued.clear()
         if client is not None:
             await client.aclose()
 
@@ -269,15 +306,26 @@ class RedisBackend(Backend):
             return BackendUnavailable(message)
         return BackendError(message)
 
-    async def _eval(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        """One script in one round trip (``EVALSHA``, loading it once after ``NOSCRIPT``)."""
-        client = self.client
-        with self._errors():
-            try:
-                return await command(client, "EVALSHA", script.sha, len(keys), *keys, *args)
-            except NoScriptError:  # the server restarted or flushed its scripts: nothing ran
-                await command(client, "SCRIPT", "LOAD", script.source)
-                return await command(client, "EVALSHA", script.sha, len(keys), *keys, *args)
+    async def _eval(
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[str | int],
+        *,
+        before: Sequence[Sequence[str | int]] = (),
+    ) -> Any:
+        """One script (after plain commands ``before``), coalesced with concurrent calls.
+
+        The call joins the queue that the store's flusher task sends, one pipeline at a
+        time (see the module doc). Its reply or error is its own: another call's error
+        does not fail it; a connection failure fails every call of its round trip. A
+        caller cancelled while waiting just stops waiting; its script may still run (a
+        cancelled call is ambiguous in the contract). Awaiting a plain future cannot
+        swallow that cancellation, unlike the driver's calls (see ``_keep_cancellation``).
+        """
+        commands: list[Command] = [(None, command) for command in before]
+        commands.append((script, ("EVALSHA", script.sha, len(keys), *keys, *args)))
+        return await self._enqueue(commands, len(before), single=True)
 
     async def _eval_batch(
         self, calls: Sequence[Call], *, before: Sequence[Sequence[str | int]] = ()
@@ -285,33 +333,127 @@ class RedisBackend(Backend):
         """Several scripts (after plain commands ``before``) in one pipelined round trip.
 
         Each script is atomic on its own; the batch is not (the scripts may touch
-        different jobs, which Redis Cluster keeps on different nodes).
+        different jobs, which Redis Cluster keeps on different nodes). The batch is
+        queued and coalesced like :meth:`_eval`; its first error fails the whole batch.
         """
         if not calls and not before:
             return []
-        client = self.client
-        with self._errors():
-            pipe = client.pipeline(transaction=False)
-            for queued in before:
-                queue(pipe, *queued)
-            for script, keys, args in calls:
-                queue(pipe, "EVALSHA", script.sha, len(keys), *keys, *args)
-            replies = await execute(pipe, raise_on_error=False)
-            _raise_first(replies[: len(before)])
-            results = replies[len(before) :]
-            missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-            if missing:  # those scripts did not run: load them and run them again
-                retry = client.pipeline(transaction=False)
-                for source in {calls[i][0].source for i in missing}:
-                    queue(retry, "SCRIPT", "LOAD", source)
-                for i in missing:
-                    script, keys, args = calls[i]
-                    queue(retry, "EVALSHA", script.sha, len(keys), *keys, *args)
-                again = await execute(retry, raise_on_error=False)
-                for i, result in zip(missing, again[-len(missing) :], strict=True):
-                    results[i] = result
-            _raise_first(results)
-            return results
+        commands: list[Command] = [(None, command) for command in before]
+        for script, keys, args in calls:
+            commands.append((script, ("EVALSHA", script.sha, len(keys), *keys, *args)))
+        result: list[Any] = await self._enqueue(commands, len(before), single=False)
+        return result
+
+    async def _enqueue(self, commands: list[Command], scripts_from: int, *, single: bool) -> Any:
+        """Queue commands for the flusher (started if idle) and wait for their replies."""
+        self.client  # noqa: B018 - refuse at once when not open
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queued.append(_Queued(commands, future, scripts_from, single))
+        if self._flusher is None or self._flusher.done():  # done: cancelled before it ran
+            # A task runs from the next loop iteration on: the calls issued in this one
+            # join the first batch.
+            self._flusher = loop.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        """Send the queued calls, about ``MAX_BATCH`` commands per pipeline, until none are left.
+
+        While one pipeline is in flight, new calls queue up for the next: under load the
+        batches grow by themselves.
+        """
+        queued = self._queued
+        batch: list[_Queued] = []
+        try:
+            while queued:
+                taken = size = 0
+                while taken < len(queued) and size < MAX_BATCH:
+                    size += len(queued[taken].commands)
+                    taken += 1
+                batch = [call for call in queued[:taken] if not call.future.done()]
+                del queued[:taken]
+                if batch:
+                    await self._send(batch)
+        except BaseException as exc:  # cancelled by close(), or a bug: fail every waiter
+            unexpected = partial(_same, exc)
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            self._fail([*batch, *queued], self._closed if cancelled else unexpected)
+            queued.clear()
+            raise
+        finally:
+            if self._flusher is asyncio.current_task():
+                self._flusher = None
+
+    async def _send(self, batch: Sequence[_Queued]) -> None:
+        """One pipeline of coalesced calls; each caller gets its reply or its error."""
+        commands = [command for call in batch for command in call.commands]
+        try:
+            replies = await self._pipeline(self.client, commands)
+        except BackendError:  # closed
+            self._fail(batch, self._closed)
+            return
+        except RedisError as exc:  # the connection failed: every call of it is ambiguous
+            self._fail(batch, partial(self._failure, exc))
+            return
+        at = 0
+        for call in batch:
+            mine = replies[at : at + len(call.commands)]
+            at += len(call.commands)
+            if call.future.done():  # its caller was cancelled
+                continue
+            error = next((reply for reply in mine if isinstance(reply, Exception)), None)
+            if error is None:
+                start = call.scripts_from
+                call.future.set_result(mine[start] if call.single else mine[start:])
+            else:
+                call.future.set_exception(self._failure(error))
+
+    def _closed(self) -> BaseException:
+        return BackendUnavailable(f"Redis store {self.describe()} was closed during the call")
+
+    @staticmethod
+    def _fail(calls: Sequence[_Queued], error: Callable[[], BaseException]) -> None:
+        """Fail the callers still waiting, each with its own exception (raising one
+        instance in several tasks would chain their tracebacks together)."""
+        for call in calls:
+            if not call.future.done():
+                call.future.set_exception(error())
+
+    def _failure(self, exc: BaseException) -> BaseException:
+        """What a caller raises for a driver error: as :meth:`_errors` would convert it."""
+        if not isinstance(exc, RedisError):
+            return exc
+        if isinstance(exc, RedisConnectionError):
+            self._indexed.clear()  # a restarted server may have lost the index
+        converted = self._convert(exc)
+        converted.__cause__ = exc
+        return converted
+
+    async def _pipeline(self, client: Redis, commands: Sequence[Command]) -> list[Any]:
+        """Commands in one pipelined round trip: their replies, errors in place.
+
+        A script the server does not know (``NOSCRIPT``: it restarted or flushed its
+        scripts) did not run: those scripts are loaded and only their calls run again.
+        """
+        pipe = client.pipeline(transaction=False)
+        for _, args in commands:
+            queue(pipe, *args)
+        self.round_trips += 1
+        replies = await execute(pipe, raise_on_error=False)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            retry = client.pipeline(transaction=False)
+            for source in {
+                script.source for i in missing if (script := commands[i][0]) is not None
+            }:
+                queue(retry, "SCRIPT", "LOAD", source)
+            for i in missing:
+                queue(retry, *commands[i][1])
+            self.round_trips += 1
+            again = await execute(retry, raise_on_error=False)
+            for i, reply in zip(missing, again[-len(missing) :], strict=True):
+                replies[i] = reply
+        return replies
 
     def _index_commands(self, job: str) -> list[Sequence[str]]:
         """``SADD`` to the jobs index, sent with a job's first write in this process.
@@ -416,12 +558,10 @@ async def _keep_cancellation(call: Awaitable[T]) -> T:
     return result
 
 
+def _same(exc: BaseException) -> BaseException:
+    return exc
+
+
 def queue(pipe: Pipeline, *args: str | int) -> None:
     """Queue a command on a pipeline."""
     pipe.execute_command(*args)
-
-
-def _raise_first(replies: Sequence[Any]) -> None:
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply

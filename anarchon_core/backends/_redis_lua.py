@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..backend import EARLY_TOLERANCE_MS, NOT_STARTED
 from ..records import TERMINAL_STATUSES
@@ -51,10 +51,11 @@ class LuaScript:
 
     name: str
     source: str
+    #: Redis names scripts by SHA1; hashed once here, not on every call (a hot path).
+    sha: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def sha(self) -> str:
-        return hashlib.sha1(self.source.encode()).hexdigest()  # Redis names scripts by SHA1
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
 _TERMINAL = ", ".join(f"[{status.value!r}] = true" for status in sorted(TERMINAL_STATUSES))

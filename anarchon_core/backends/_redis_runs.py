@@ -75,12 +75,9 @@ class _RunsBackend(RedisBackend):
     async def _decide(self, job: str, call: Call) -> Claim:
         """Run a claim script, with the job's index entry in the same round trip if new."""
         index = self._index_commands(job)
+        outcome, attempt, now = await self._eval(*call, before=index)
         if index:
-            (reply,) = await self._eval_batch([call], before=index)
             self._indexed.add(job)
-        else:
-            reply = await self._eval(*call)
-        outcome, attempt, now = reply
         return Claim(Outcome(outcome), int(attempt), int(now))
 
     async def finish(

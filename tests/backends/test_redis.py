@@ -39,6 +39,7 @@ from test_conformance import history_pages, takeover_request
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease
 from anarchon_core.backends import backend_from_url
+from anarchon_core.backends._redis_base import MAX_BATCH
 from anarchon_core.backends._redis_streams import IDMP_PRODUCER, idmp_xadd_command
 from anarchon_core.backends.redis import (
     RedisBackend,
@@ -314,6 +315,131 @@ async def test_scripts_are_reloaded_after_the_server_forgot_them(own_server: Ser
             assert await backend.heartbeat([lease], 60_000) == [True]  # pipelined EVALSHA
             raw.script_flush()
             assert await backend.finish(lease, Status.SUCCESS)  # a single EVALSHA
+
+
+# -- coalesced script calls -----------------------------------------------------------
+def round_trips_for(commands: int) -> int:
+    return -(-commands // MAX_BATCH)
+
+
+async def test_concurrent_claims_share_round_trips_and_get_their_own_answers() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened(url=url, prefix=prefix) as backend:
+        now = await backend.now_ms()
+        jobs = [f"job{i}" for i in range(300)]
+        sent = backend.round_trips
+        claims = await asyncio.gather(*(backend.claim(request(now, job=job)) for job in jobs))
+        # A job's first claim is two commands: its index entry and the script.
+        assert backend.round_trips - sent == round_trips_for(2 * len(jobs)) < len(jobs)
+        assert {claim.outcome for claim in claims} == {Outcome.WON}
+        # Each job's first claim carried its index entry, in the same round trip.
+        with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
+            assert raw.smembers(f"{prefix}:jobs") == set(jobs)
+        assert set(jobs) <= backend._indexed
+
+        other = replace(request(now), instance_id="other:2:fedcba")
+        sent = backend.round_trips
+        again = await asyncio.gather(
+            *(backend.claim(replace(other, job=job, token=f"t{job}")) for job in jobs)
+        )
+        assert backend.round_trips - sent == round_trips_for(len(jobs))
+        assert {claim.outcome for claim in again} == {Outcome.TAKEN}
+
+        # Finishes coalesce too, each answered for its own lease.
+        mine = [Lease(job, now, 1, "wrong" if i % 2 else "") for i, job in enumerate(jobs)]
+        sent = backend.round_trips
+        finished = await asyncio.gather(*(backend.finish(lease, Status.SUCCESS) for lease in mine))
+        assert backend.round_trips - sent == round_trips_for(len(jobs))
+        assert finished == [False] * len(jobs)  # no token matches: nothing is finished
+
+
+async def test_calls_leave_and_resume_in_the_order_they_were_made() -> None:
+    async with opened() as backend:
+        now = await backend.now_ms()
+        assert (await backend.claim(request(now, token="tok"))).outcome == Outcome.WON
+        lease = Lease("job", now, 1, "tok")
+        order: list[str] = []
+
+        async def finish() -> bool:
+            done = await backend.finish(lease, Status.SUCCESS)
+            order.append("finish")
+            return done
+
+        async def heartbeat() -> list[bool]:
+            verdicts = await backend.heartbeat([lease], 60_000)
+            order.append("heartbeat")
+            return verdicts
+
+        sent = backend.round_trips
+        # The heartbeat is rejected (the finish ran first), and the finish's caller
+        # hears of its success before the heartbeat's caller of the rejection.
+        assert await asyncio.gather(finish(), heartbeat()) == [True, [False]]
+        assert order == ["finish", "heartbeat"]
+        assert backend.round_trips - sent == 1
+
+
+async def test_a_script_error_fails_only_its_own_caller() -> None:
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened(url=url, prefix=prefix) as backend:
+        now = await backend.now_ms()
+        with sync_redis.Redis.from_url(url) as raw:  # a run key of the wrong type: WRONGTYPE
+            raw.set(f"{prefix}:{{bad}}:run:{now}", "not a hash")
+        jobs = ["a", "bad", "b", "c"]
+        sent = backend.round_trips
+        results = await asyncio.gather(
+            *(backend.claim(request(now, job=job)) for job in jobs), return_exceptions=True
+        )
+        assert backend.round_trips - sent == 1
+        error = results.pop(1)
+        assert isinstance(error, BackendError) and not isinstance(error, BackendUnavailable)
+        assert "WRONGTYPE" in str(error)
+        assert [claim.outcome for claim in results] == [Outcome.WON] * 3  # type: ignore[union-attr]
+
+
+async def test_a_coalesced_batch_reloads_forgotten_scripts(own_server: Server) -> None:
+    async with opened(url=own_server.url, prefix="p") as backend:
+        now = await backend.now_ms()
+        with sync_redis.Redis.from_url(own_server.url) as raw:
+            raw.set(f"p:{{bad}}:run:{now}", "not a hash")
+            raw.script_flush()
+        jobs = [f"job{i}" for i in range(20)]
+        sent = backend.round_trips
+        results = await asyncio.gather(
+            *(backend.claim(request(now, job=job)) for job in [*jobs, "bad"]),
+            return_exceptions=True,
+        )
+        assert backend.round_trips - sent == 2  # NOSCRIPT, then the load and the calls again
+        assert [getattr(claim, "outcome", None) for claim in results[:-1]] == [Outcome.WON] * 20
+        assert isinstance(results[-1], BackendError) and "WRONGTYPE" in str(results[-1])
+        assert (await backend.claim(request(now, job="job0"))).outcome == Outcome.TAKEN
+
+
+async def test_a_cancelled_caller_stops_waiting_alone() -> None:
+    async with opened() as backend:
+        now = await backend.now_ms()
+        tasks = [asyncio.create_task(backend.claim(request(now, job=f"j{i}"))) for i in range(5)]
+        await asyncio.sleep(0)  # each call is queued; the batch has not left yet
+        tasks[0].cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(results[0], asyncio.CancelledError)
+        assert [claim.outcome for claim in results[1:]] == [Outcome.WON] * 4  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("steps", [1, 2], ids=["queued", "sending"])
+async def test_close_fails_calls_in_flight_and_leaves_no_task(steps: int) -> None:
+    async with opened() as backend:
+        now = await backend.now_ms()
+        tasks = [asyncio.create_task(backend.claim(request(now, job=f"j{i}"))) for i in range(5)]
+        for _ in range(steps):  # 1: the calls are queued; 2: the flusher is sending them
+            await asyncio.sleep(0)
+        flusher = backend._flusher
+        assert flusher is not None
+        await backend.close()
+        assert flusher.done() and backend._flusher is None
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(result, BackendUnavailable) for result in results), results
+        with pytest.raises(BackendError, match="not open"):
+            await backend.claim(request(now))
 
 
 async def test_unreachable_server_is_unavailable() -> None:
