@@ -42,6 +42,9 @@ class Attempt:
     lost: bool = False
     done: bool = False
     released: bool = False
+    #: Its finish mark was sent: a heartbeat refused (or unanswered) from then on may be
+    #: so because that mark landed first; the finish's own answer tells if it was fenced.
+    finishing: bool = False
 
 
 class Attempts:
@@ -198,6 +201,7 @@ class Attempts:
             return True  # the claim is all such a store records
         meta = bounded_meta(attempt.ctx.meta)
         job, lease = attempt.job, attempt.lease
+        attempt.finishing = True
         ok = await retry_store(
             lambda: self.backend.finish(
                 lease, status, error=error, meta=meta, retry_in_ms=retry_in
@@ -236,7 +240,7 @@ class Attempts:
         attempt.deadline = loop.call_at(when, self._lose, attempt, "no heartbeat acknowledged")
 
     def _lose(self, attempt: Attempt, reason: str) -> None:
-        if attempt.done or attempt.lost:
+        if attempt.done or attempt.lost or attempt.finishing:  # the finish's answer decides
             return
         attempt.lost = True
         self.telemetry.lost_lease(attempt.job.store_name)
@@ -272,7 +276,7 @@ class Attempts:
                 self.log.warn(None, None, None, "heartbeat failed: %s", exc)
                 continue
             for attempt, ok in zip(held, verdicts, strict=True):
-                if attempt.done or attempt.released:
+                if attempt.done or attempt.released or (attempt.finishing and not ok):
                     continue
                 if ok:
                     attempt.last_ack = sent

@@ -583,3 +583,31 @@ def test_short_lease_does_not_fence_a_healthy_runner() -> None:
 
     run(main())
     assert [r.attempt for r in run(records(backend, "long"))] == [1]
+
+
+def test_a_heartbeat_refused_because_the_finish_landed_first_loses_nothing() -> None:
+    """The finish mark ends the lease; a heartbeat answered after it must not read as fenced."""
+
+    class SlowFinish(MemoryBackend):
+        async def finish(self, lease: Any, status: Any, **kwargs: Any) -> bool:
+            ok = await super().finish(lease, status, **kwargs)
+            await asyncio.sleep(0.2)  # the answer comes late: heartbeats land in between
+            return ok
+
+    backend = SlowFinish()
+
+    async def main() -> Scheduler:
+        s = Scheduler(backend, instance_id="solo", heartbeat_ms=20, lease_ms=200, jitter_ms=0)
+
+        @s.every("quick", "300ms")
+        async def quick(ctx: RunContext) -> None:
+            pass
+
+        await s.start()
+        await asyncio.sleep(1.0)
+        await s.stop()
+        return s
+
+    s = run(main())
+    assert s.stats["run_success"] >= 2
+    assert s.stats.get("fenced_heartbeat", 0) == 0 and s.stats.get("lost_lease", 0) == 0
