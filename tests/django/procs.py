@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from multiprocess.cluster import store_locked
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -145,6 +147,24 @@ class Cluster:
     def signal(self, instance_id: str, sig: signal.Signals) -> None:
         self.procs[instance_id].send_signal(sig)
 
+    def freeze(self, instance_id: str, job: str, slot: int) -> None:
+        """SIGSTOP ``instance_id`` at a moment it holds no store lock: frozen inside one of
+        its own short store writes, it would block the backups' takeover until resumed
+        (SQLite has one writer; PostgreSQL locks the rows an UPDATE in flight touches)."""
+        store = self.env["ANARCHON_TEST_BACKEND"]
+        for _ in range(20):
+            self.signal(instance_id, signal.SIGSTOP)
+            time.sleep(0.05)
+            if store.startswith("django://"):
+                locked = django_store_locked(job, slot)
+            else:
+                locked = store_locked(store, job, slot)
+            if not locked:
+                return
+            self.signal(instance_id, signal.SIGCONT)
+            time.sleep(0.05)
+        raise AssertionError(f"{instance_id} held a store lock at every one of 20 tries")
+
     def stop_all(self, timeout: float = 15) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -190,6 +210,32 @@ def cluster(
     finally:
         c.stop_all()
         c.kill_all()  # never leave a child connected when the test database is dropped
+
+
+def django_store_locked(job: str, slot: int) -> bool:
+    """Whether another process holds what a takeover of the run needs on the ORM store:
+    SQLite's write lock, or the run's row on PostgreSQL."""
+    from django.db import OperationalError, connection, transaction
+
+    if connection.vendor == "sqlite":
+        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            probe.close()
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM anarchon_runs WHERE job = %s AND slot = %s FOR UPDATE NOWAIT",
+                [job, slot],
+            )
+        return False
+    except OperationalError:
+        return True
 
 
 def starts(events: list[dict[str, Any]], job: str | None = None) -> list[dict[str, Any]]:

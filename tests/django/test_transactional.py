@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -193,48 +192,6 @@ def test_bad_transactional_definitions_name_the_problem(
 
 
 # -- real processes --------------------------------------------------------------------------
-def store_locked(job: str, slot: int) -> bool:
-    """Whether another process holds what a takeover of the run needs: SQLite's write
-    lock, or the run's row on PostgreSQL (a statement in flight when it was stopped)."""
-    from django.db import OperationalError, connection, transaction
-
-    if connection.vendor == "sqlite":
-        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.2)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.rollback()
-            return False
-        except sqlite3.OperationalError:
-            return True
-        finally:
-            probe.close()
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT 1 FROM anarchon_runs WHERE job = %s AND slot = %s FOR UPDATE NOWAIT",
-                [job, slot],
-            )
-        return False
-    except OperationalError:
-        return True
-
-
-def freeze_holding_no_lock(c: Any, instance: str, job: str, slot: int) -> None:
-    """SIGSTOP ``instance`` at a moment it holds no store lock: frozen inside one of its
-    own short store writes, it would block the backups' takeover until it is resumed
-    (SQLite has one writer; PostgreSQL locks the row an UPDATE in flight touches)."""
-    import signal
-
-    for _ in range(20):
-        c.signal(instance, signal.SIGSTOP)
-        time.sleep(0.05)
-        if not store_locked(job, slot):
-            return
-        c.signal(instance, signal.SIGCONT)
-        time.sleep(0.05)
-    raise AssertionError(f"{instance} held a store lock at every one of 20 tries")
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_fenced_runner_process_commits_nothing(tmp_path: Path) -> None:
@@ -250,7 +207,7 @@ def test_a_fenced_runner_process_commits_nothing(tmp_path: Path) -> None:
             lambda ev: [e for e in starts(ev, "tx") if e["t"] > started + 1], 12, "a run"
         )[0]  # not the first slot: the instances' start-up writes are over by then
         frozen = c.instance_of(first["pid"])
-        freeze_holding_no_lock(c, frozen, "tx", first["slot"])
+        c.freeze(frozen, "tx", first["slot"])
         c.wait_for(
             lambda ev: [e for e in starts(ev, "tx") if e["slot"] == first["slot"]][1:],
             8,

@@ -6,19 +6,53 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from psycopg import sql
+
 from anarchon_core import backend_from_url
+from anarchon_core.backends.postgres import PostgresBackend
+from anarchon_core.backends.sqlite import SqliteBackend
 from anarchon_core.records import HistoryQuery, RunRecord
 
 WORKER = Path(__file__).with_name("worker.py")
+
+
+def store_locked(url: str, job: str, slot: int) -> bool:
+    """Whether another process holds a lock that a takeover of ``(job, slot)`` would wait on."""
+    backend = backend_from_url(url)
+    if isinstance(backend, SqliteBackend):
+        with closing(sqlite3.connect(backend.path, timeout=0)) as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return True
+            conn.rollback()
+            return False
+    if isinstance(backend, PostgresBackend):
+        runs = sql.Identifier(backend.schema, backend.table_prefix + "runs")
+        with psycopg.connect(backend.conninfo, connect_timeout=5) as conn:
+            try:
+                conn.execute(
+                    sql.SQL(
+                        "SELECT 1 FROM {} WHERE job = %s AND slot = %s FOR UPDATE NOWAIT"
+                    ).format(runs),
+                    [job, slot],
+                )
+            except psycopg.errors.LockNotAvailable:
+                return True
+            conn.rollback()
+            return False
+    return False
 
 
 @dataclass
@@ -83,6 +117,23 @@ class Cluster:
 
     def signal(self, instance_id: str, sig: signal.Signals) -> None:
         self.procs[instance_id].send_signal(sig)
+
+    def freeze(self, instance_id: str, job: str, slot: int) -> None:
+        """SIGSTOP ``instance_id`` at a moment it holds no lock on the run of ``slot``.
+
+        Frozen inside one of its own short store writes, it would block the backups'
+        takeover until resumed (SQLite has one writer; PostgreSQL locks the rows an
+        UPDATE in flight touches): the test would then wait for a takeover that cannot
+        happen. Redis holds no client locks.
+        """
+        for _ in range(20):
+            self.signal(instance_id, signal.SIGSTOP)
+            time.sleep(0.05)
+            if not store_locked(self.backend, job, slot):
+                return
+            self.signal(instance_id, signal.SIGCONT)
+            time.sleep(0.05)
+        raise AssertionError(f"{instance_id} held a store lock at every one of 20 tries")
 
     def stop_all(self, timeout: float = 15) -> None:
         for proc in self.procs.values():

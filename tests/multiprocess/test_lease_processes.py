@@ -90,7 +90,7 @@ def test_sigstop_runner_is_fenced(lease_url: str, tmp_path: Path) -> None:
         c.start_all(3)
         first = c.wait_for(lambda ev: starts(ev, "long"), 10, "first run")[0]
         frozen = c.instance_of(first["pid"])
-        c.signal(frozen, signal.SIGSTOP)
+        c.freeze(frozen, "long", first["slot"])
         c.wait_for(
             lambda ev: [
                 e
