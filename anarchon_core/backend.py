@@ -399,8 +399,10 @@ def bound_error(text: str | None) -> str | None:
 
 def meta_json(meta: dict[str, Any] | None) -> str:
     """A run's ``meta`` as the JSON text stores keep; a value that is not JSON is refused."""
+    if not meta:
+        return "{}"  # most runs: no encoder built (json.dumps with options makes one per call)
     try:
-        return json.dumps(meta or {}, separators=(",", ":"))
+        return json.dumps(meta, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"meta {meta!r} is not valid: give a dict of JSON values ({exc})"
