@@ -242,18 +242,26 @@ async def _client(
         finally:
             await client.aclose()
 
+    async def ping(client: httpx.AsyncClient) -> tuple[int, int] | None:
+        """One ``GET /ping``: the answering worker's pid and when the answer came (ns);
+        None once a failure is recorded (the benchmark then fails)."""
+        try:
+            response = await client.get("/ping")
+            end = time.perf_counter_ns()
+            if response.status_code != 200:
+                errors.append(f"status {response.status_code}")
+                return None
+            return int(response.json()["pid"]), end
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            errors.append(repr(exc))
+            return None
+
     async def requests(client: httpx.AsyncClient) -> None:
         while (begin := time.perf_counter_ns()) < stop_ns:
-            try:
-                response = await client.get("/ping")
-                end = time.perf_counter_ns()
-                if response.status_code != 200:
-                    errors.append(f"status {response.status_code}")
-                    continue
-                pid = response.json()["pid"]
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
-                errors.append(repr(exc))
+            answer = await ping(client)
+            if answer is None:
                 continue
+            pid, end = answer
             if begin >= start_ns:
                 starts.append(begin - start_ns)
                 latencies.append(end - begin)
@@ -288,21 +296,12 @@ async def _client(
             begin = time.perf_counter_ns()
             in_flight += 1
             try:
-                response = await client.get("/ping")
-            except httpx.HTTPError as exc:
-                errors.append(repr(exc))
-                continue
+                answer = await ping(client)
             finally:
                 in_flight -= 1
-            end = time.perf_counter_ns()
-            try:
-                if response.status_code != 200:
-                    errors.append(f"status {response.status_code}")
-                    continue
-                pid = response.json()["pid"]
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
-                errors.append(repr(exc))
+            if answer is None:
                 continue
+            pid, end = answer
             if due >= start_ns:
                 starts.append(due - start_ns)
                 latencies.append(end - due)  # from the scheduled time: see client_main
