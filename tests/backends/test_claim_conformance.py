@@ -1,0 +1,116 @@
+"""The claim contract every store keeps, lease or claim-only, proved on each the same way.
+
+The lease stores also pass the whole contract (``test_conformance.py``); the claim-only
+ones (Redis ``stream-id`` and ``script``, RabbitMQ, NATS) promise only this part: one
+winner per ``(job, slot)`` however many instances claim it, judged against the slot's
+horizon and the early tolerance. Each test opens several store objects on one URL, as
+separate instances would, so that the contention crosses connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import pytest
+from registry import CLAIM_ONLY_URLS, LEASE_URLS, load_store_modules
+
+from anarchon_core.backend import Backend, ClaimRequest
+from anarchon_core.backends import backend_from_url
+from anarchon_core.records import Origin, Outcome
+
+load_store_modules()
+
+STORES = {**LEASE_URLS, **CLAIM_ONLY_URLS}
+HOUR = 3_600_000
+
+
+def request(
+    slot: int, job: str, *, token: str | None = None, horizon_ms: int = HOUR
+) -> ClaimRequest:
+    token = token or secrets.token_hex(8)
+    return ClaimRequest(
+        job=job,
+        slot=slot,
+        origin=Origin.SCHEDULE,
+        token=token,
+        instance_id=f"worker:{token[:6]}",
+        lease_ms=60_000,  # ignored by claim-only stores; outlives each test on lease ones
+        horizon_ms=horizon_ms,
+        skip_overlap=False,
+    )
+
+
+@pytest.fixture(params=sorted(STORES))
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with STORES[request.param](tmp_path) as url:
+        yield url
+
+
+@asynccontextmanager
+async def instances(url: str, count: int) -> AsyncIterator[list[Backend]]:
+    """``count`` opened store objects on ``url``: what ``count`` instances would hold."""
+    async with AsyncExitStack() as stack:
+        stores = []
+        for _ in range(count):
+            store = backend_from_url(url)
+            await store.open()
+            stack.push_async_callback(store.close)
+            stores.append(store)
+        yield stores
+
+
+async def test_every_run_has_exactly_one_winner_across_instances(url: str) -> None:
+    async with instances(url, 4) as stores:
+        slot = await stores[0].now_ms()
+        jobs = [f"contended.{n}" for n in range(10)]
+        claims = [(job, store) for job in jobs for store in stores * 3]
+        answers = await asyncio.gather(*(s.claim(request(slot, job)) for job, s in claims))
+    won = Counter(
+        job for (job, _), a in zip(claims, answers, strict=True) if a.outcome == Outcome.WON
+    )
+    assert won == Counter(jobs), "each run won exactly once"
+    assert {a.outcome for a in answers} == {Outcome.WON, Outcome.TAKEN}
+    assert {a.attempt for a in answers if a.outcome == Outcome.WON} == {1}
+
+
+async def test_each_slot_and_each_job_is_a_run_of_its_own(url: str) -> None:
+    """Slots in increasing order, as the engine claims them (a Redis ``stream-id`` stream
+    refuses an id older than its top entry: an earlier slot claimed later is taken)."""
+    async with instances(url, 2) as (a, b):
+        now = await a.now_ms()
+        first = [
+            await a.claim(request(now - i * 1000, job)) for job in ("j1", "j2") for i in (2, 1)
+        ]
+        again = [
+            await b.claim(request(now - i * 1000, job)) for job in ("j1", "j2") for i in (2, 1)
+        ]
+    assert [c.outcome for c in first] == [Outcome.WON] * 4
+    assert [c.outcome for c in again] == [Outcome.TAKEN] * 4
+
+
+async def test_a_repeated_claim_is_never_a_second_winner(url: str) -> None:
+    """The same token again (an ambiguous retry) is recognised (``won``) or refused
+    (``taken``: RabbitMQ cannot read its claim back); another token is refused either way."""
+    async with instances(url, 2) as (a, b):
+        slot = await a.now_ms()
+        assert (await a.claim(request(slot, "job", token="t1"))).outcome == Outcome.WON
+        repeat = await b.claim(request(slot, "job", token="t1"))
+        assert repeat.outcome in (Outcome.WON, Outcome.TAKEN)
+        other = await b.claim(request(slot, "job", token="t2"))
+        assert other.outcome == Outcome.TAKEN
+
+
+async def test_a_slot_past_its_horizon_or_too_early_is_not_won(url: str) -> None:
+    async with instances(url, 1) as (store,):
+        now = await store.now_ms()
+        late = await store.claim(request(now - 5_000, "job", horizon_ms=4_000))
+        early = await store.claim(request(now + 60_000, "job"))
+        within = await store.claim(request(now - 3_000, "job", horizon_ms=4_000))
+    assert late.outcome == Outcome.EXPIRED
+    assert early.outcome == Outcome.EARLY
+    assert within.outcome == Outcome.WON
