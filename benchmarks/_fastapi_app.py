@@ -12,11 +12,18 @@ environment variables, read when each worker imports this module:
 * ``ANARCHON_BENCH_JITTER_MS``: the scheduler's ``jitter_ms`` (unset: the default);
 * ``ANARCHON_BENCH_DIR``: where each worker writes ``ready-<pid>`` once its scheduler
   runs and appends ``runs-<pid>`` with the number of handler calls when it stops.
+
+Run as a script (``python -m benchmarks._fastapi_app``), it is the scheduler alone, in
+a process of its own beside the web workers (which then run with one job): the
+deployment the FastAPI guide suggests when the app's p99 matters. It writes
+``scheduler-ready-<pid>`` and ``scheduler-runs-<pid>`` and stops on SIGTERM.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -66,3 +73,18 @@ app = FastAPI(lifespan=observed)
 async def ping() -> dict[str, Any]:
     """A small amount of work: a dict built and serialised, as a typical JSON endpoint."""
     return {"pid": PID, "ok": True, "items": [{"i": i, "sq": i * i} for i in range(10)]}
+
+
+async def _scheduler_alone() -> None:
+    """The scheduler without the app, until SIGTERM (``anarchon run`` would do the same)."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await scheduler.start()
+    (BENCH_DIR / f"scheduler-ready-{PID}").write_text(str(len(scheduler.jobs)))
+    await stop.wait()
+    await scheduler.stop()
+    (BENCH_DIR / f"scheduler-runs-{PID}").write_text(str(runs))
+
+
+if __name__ == "__main__":
+    asyncio.run(_scheduler_alone())

@@ -10,7 +10,11 @@ default, a fresh file per run). Variants, selected by environment variables:
   waits a random 0-500 ms): every 10 s both workers claim 1,000 slots, and each slot
   runs in one of them;
 * ``1000 jobs no jitter``: the same with ``jitter_ms=0``: all 1,000 claims of each
-  worker at the same instant, the worst burst.
+  worker at the same instant, the worst burst;
+* ``1000 jobs own process``: the web workers as in ``idle``, and the 1,000 jobs in one
+  scheduler process of their own beside them (``python -m benchmarks._fastapi_app``, its
+  own SQLite file): the deployment the FastAPI guide suggests when the app's p99
+  matters. Its CPU counts in ``server CPU``.
 
 For each run a load generator in its own process (an asyncio httpx client with
 keep-alive connections spread evenly over the workers) sends requests for the warm-up
@@ -76,11 +80,13 @@ from typing import Any
 from ._util import filesystem, machine, percentile, print_table, ratio_summary
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The variants: name -> (jobs, jitter_ms or None for the scheduler's default).
-VARIANTS: dict[str, tuple[int, int | None]] = {
-    "idle": (1, None),
-    "1000 jobs": (1000, None),
-    "1000 jobs no jitter": (1000, 0),
+#: The variants: name -> (jobs, jitter_ms or None for the scheduler's default, whether
+#: the jobs run in a scheduler process of their own instead of the web workers).
+VARIANTS: dict[str, tuple[int, int | None, bool]] = {
+    "idle": (1, None, False),
+    "1000 jobs": (1000, None, False),
+    "1000 jobs no jitter": (1000, 0, False),
+    "1000 jobs own process": (1000, None, True),
 }
 BASELINE = "idle"
 #: The slot boundaries must lie at least this far inside the measured window.
@@ -329,7 +335,7 @@ async def _client(
 def run_once(
     load: str, variant: str, repeat: int, args: argparse.Namespace, tmp_root: Path
 ) -> Result:
-    jobs, jitter = VARIANTS[variant]
+    jobs, jitter, own_process = VARIANTS[variant]
     open_loop = load == "open"
     interval = float(args.every)
     tmp = Path(tempfile.mkdtemp(prefix=f"run{repeat}-", dir=tmp_root))
@@ -337,7 +343,7 @@ def run_once(
     env = {k: v for k, v in os.environ.items() if k not in ("ANARCHON_BACKEND",)}
     env.update(
         ANARCHON_ENABLED="1",
-        ANARCHON_BENCH_JOBS=str(jobs),
+        ANARCHON_BENCH_JOBS=str(1 if own_process else jobs),
         ANARCHON_BENCH_EVERY=f"{args.every}s",
         ANARCHON_BENCH_DIR=str(tmp),
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
@@ -364,13 +370,27 @@ def run_once(
     server = subprocess.Popen(
         command, env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
+    alone: subprocess.Popen[bytes] | None = None
+    if own_process:  # its own directory: its own SQLite file
+        (tmp / "scheduler").mkdir()
+        alone = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._fastapi_app"],
+            env={**env, "ANARCHON_BENCH_JOBS": str(jobs)},
+            cwd=tmp / "scheduler",
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 60
-        while len(list(tmp.glob("ready-*"))) < args.workers:
-            if server.poll() is not None or time.monotonic() > deadline:
+        while len(list(tmp.glob("ready-*"))) < args.workers or (
+            alone is not None and not list(tmp.glob("scheduler-ready-*"))
+        ):
+            failed = server.poll() is not None or (alone is not None and alone.poll() is not None)
+            if failed or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start:\n{_tail(tmp)}")
             time.sleep(0.05)
-        workers = children(server.pid)
+        workers = children(server.pid) + ([alone.pid] if alone is not None else [])
         t0 = window_start(time.time(), args.warmup, interval)
         t1 = t0 + args.seconds
         ctx = mp.get_context("spawn")
@@ -402,13 +422,19 @@ def run_once(
                 raise RuntimeError("the load generator did not answer")
         got: dict[str, Any] = receive.recv()
         client.join(10)
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
-        handler_runs = sum(int(p.read_text()) for p in tmp.glob("runs-*"))
+        for proc in (server, alone):
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in (server, alone):
+            if proc is not None:
+                proc.wait(30)
+        handler_runs = sum(int(p.read_text()) for p in tmp.glob("*runs-*"))
     finally:
-        with suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait(10)
+        for proc in (server, alone):
+            if proc is not None:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
         log.close()
     if got["errors"]:
         raise RuntimeError(f"{load} {variant}: failed requests: {got['errors'][:5]}\n{_tail(tmp)}")
