@@ -5,7 +5,7 @@ Run all of them with ``python -m benchmarks`` (``make bench``) or one with
 ``python -m benchmarks.idle``; ``python -m benchmarks servers`` runs the store
 benchmarks that need the local PostgreSQL, Redis, RabbitMQ and NATS, and
 ``python -m benchmarks fastapi_latency`` the FastAPI latency benchmark (closed and open
-loop, about 10 minutes, so not part of the default run) and ``python -m benchmarks
+loop, about 14 minutes, so not part of the default run) and ``python -m benchmarks
 celery_beat`` the Celery beat comparison (about 12 minutes). Every figure is measured
 when the benchmark runs; nothing is hard-coded. See ``docs/benchmarks.md`` for what each
 one measures.

@@ -50,7 +50,7 @@ spread. "p99 at slot" is the p99 of the requests sent (open loop: scheduled) wit
 after a slot boundary (the jitter, the claims, the runs and their finishes happen then).
 
 Run alone: ``python -m benchmarks.fastapi_latency [--seconds 20 --repeats 4]`` (about
-10 minutes); ``--load open`` for a quick check of the open loop only.
+14 minutes); ``--load open`` for a quick check of the open loop only.
 """
 
 from __future__ import annotations
