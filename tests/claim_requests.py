@@ -12,9 +12,15 @@ HOUR = 3_600_000
 
 
 def claim_only_request(
-    slot: int, token: str | None = None, job: str = "job", *, horizon_ms: int = HOUR
+    slot: int,
+    token: str | None = None,
+    job: str = "job",
+    *,
+    horizon_ms: int = HOUR,
+    lease_ms: int = 0,
 ) -> ClaimRequest:
-    """A scheduled claim as a claim-only store sees it: no lease, no overlap check."""
+    """A scheduled claim as a claim-only store sees it: no lease (``lease_ms`` for a lease
+    store asked the same), no overlap check."""
     token = token or secrets.token_hex(8)
     return ClaimRequest(
         job=job,
@@ -22,7 +28,7 @@ def claim_only_request(
         origin=Origin.SCHEDULE,
         token=token,
         instance_id=f"worker:{token[:6]}",
-        lease_ms=0,
+        lease_ms=lease_ms,
         horizon_ms=horizon_ms,
         skip_overlap=False,
     )

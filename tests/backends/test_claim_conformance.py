@@ -10,18 +10,18 @@ separate instances would, so that the contention crosses connections.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
+from claim_requests import claim_only_request
 from registry import CLAIM_ONLY_URLS, LEASE_URLS, load_store_modules
 
 from anarchon_core.backend import Backend, ClaimRequest
 from anarchon_core.backends import backend_from_url
-from anarchon_core.records import Origin, Outcome
+from anarchon_core.records import Outcome
 
 load_store_modules()
 
@@ -32,17 +32,8 @@ HOUR = 3_600_000
 def request(
     slot: int, job: str, *, token: str | None = None, horizon_ms: int = HOUR
 ) -> ClaimRequest:
-    token = token or secrets.token_hex(8)
-    return ClaimRequest(
-        job=job,
-        slot=slot,
-        origin=Origin.SCHEDULE,
-        token=token,
-        instance_id=f"worker:{token[:6]}",
-        lease_ms=60_000,  # ignored by claim-only stores; outlives each test on lease ones
-        horizon_ms=horizon_ms,
-        skip_overlap=False,
-    )
+    """A claim every store takes: the lease (ignored by claim-only stores) outlives the test."""
+    return claim_only_request(slot, token, job, horizon_ms=horizon_ms, lease_ms=60_000)
 
 
 @pytest.fixture(params=sorted(STORES))
