@@ -327,12 +327,19 @@ async def test_a_disabled_scheduler_still_serves_the_api(tmp_path: Path) -> None
         async with LifespanManager(app) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                # Until the worker has run something and is listed: its registry entry
+                # lives one lease (300 ms here), so a loop stalled that long (a loaded
+                # machine) finds it briefly expired; read both again until they show.
                 deadline = time.monotonic() + 5
-                while not (await client.get("/anarchon/api/runs")).json()["runs"]:
-                    assert time.monotonic() < deadline
+                while True:
+                    runs = (await client.get("/anarchon/api/runs")).json()["runs"]
+                    reply = await client.get("/anarchon/api/instances")
+                    instances = [i["instance_id"] for i in reply.json()["instances"]]
+                    if runs and instances:
+                        break
+                    assert time.monotonic() < deadline, (runs, instances)
                     await asyncio.sleep(0.05)
-                instances = (await client.get("/anarchon/api/instances")).json()["instances"]
-                assert [i["instance_id"] for i in instances] == ["unit:1"]  # the worker only
+                assert instances == ["unit:1"]  # the worker only: a disabled one never registers
         assert web.backend._conn is None  # type: ignore[attr-defined]  # closed by the lifespan
     finally:
         await worker.stop()
