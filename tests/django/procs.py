@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-from multiprocess.cluster import store_locked
+from multiprocess.cluster import freeze_unlocked, sqlite_locked, store_locked
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -148,22 +148,15 @@ class Cluster:
         self.procs[instance_id].send_signal(sig)
 
     def freeze(self, instance_id: str, job: str, slot: int) -> None:
-        """SIGSTOP ``instance_id`` at a moment it holds no store lock: frozen inside one of
-        its own short store writes, it would block the backups' takeover until resumed
-        (SQLite has one writer; PostgreSQL locks the rows an UPDATE in flight touches)."""
+        """SIGSTOP ``instance_id`` at a moment it holds no store lock (see
+        :func:`multiprocess.cluster.freeze_unlocked`): the ORM store's lock is probed
+        through Django's connection, a core store's through its URL."""
         store = self.env["ANARCHON_TEST_BACKEND"]
-        for _ in range(20):
-            self.signal(instance_id, signal.SIGSTOP)
-            time.sleep(0.05)
-            if store.startswith("django://"):
-                locked = django_store_locked(job, slot)
-            else:
-                locked = store_locked(store, job, slot)
-            if not locked:
-                return
-            self.signal(instance_id, signal.SIGCONT)
-            time.sleep(0.05)
-        raise AssertionError(f"{instance_id} held a store lock at every one of 20 tries")
+        if store.startswith("django://"):
+            locked = partial(django_store_locked, job, slot)
+        else:
+            locked = partial(store_locked, store, job, slot)
+        freeze_unlocked(self.procs[instance_id], instance_id, locked)
 
     def stop_all(self, timeout: float = 15) -> None:
         for proc in self.procs.values():
@@ -218,15 +211,7 @@ def django_store_locked(job: str, slot: int) -> bool:
     from django.db import OperationalError, connection, transaction
 
     if connection.vendor == "sqlite":
-        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.2)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.rollback()
-            return False
-        except sqlite3.OperationalError:
-            return True
-        finally:
-            probe.close()
+        return sqlite_locked(connection.settings_dict["NAME"], wait_s=0.2)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +28,22 @@ from anarchon_core.records import HistoryQuery, RunRecord
 WORKER = Path(__file__).with_name("worker.py")
 
 
+def sqlite_locked(path: str, wait_s: float = 0) -> bool:
+    """Whether another process holds the write lock of the SQLite file at ``path``."""
+    with closing(sqlite3.connect(path, timeout=wait_s)) as conn:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return True
+        conn.rollback()
+        return False
+
+
 def store_locked(url: str, job: str, slot: int) -> bool:
     """Whether another process holds a lock that a takeover of ``(job, slot)`` would wait on."""
     backend = backend_from_url(url)
     if isinstance(backend, SqliteBackend):
-        with closing(sqlite3.connect(backend.path, timeout=0)) as conn:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError:
-                return True
-            conn.rollback()
-            return False
+        return sqlite_locked(backend.path)
     if isinstance(backend, PostgresBackend):
         runs = sql.Identifier(backend.schema, backend.table_prefix + "runs")
         with psycopg.connect(backend.conninfo, connect_timeout=5) as conn:
@@ -53,6 +59,24 @@ def store_locked(url: str, job: str, slot: int) -> bool:
             conn.rollback()
             return False
     return False
+
+
+def freeze_unlocked(proc: subprocess.Popen[bytes], name: str, locked: Callable[[], bool]) -> None:
+    """SIGSTOP ``proc`` at a moment ``locked()`` says it holds no store lock.
+
+    Frozen inside one of its own short store writes, it would block the backups'
+    takeover until resumed (SQLite has one writer; PostgreSQL locks the rows an UPDATE
+    in flight touches): the test would then wait for a takeover that cannot happen.
+    Redis holds no client locks.
+    """
+    for _ in range(20):
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)
+        if not locked():
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"{name} held a store lock at every one of 20 tries")
 
 
 @dataclass
@@ -119,21 +143,9 @@ class Cluster:
         self.procs[instance_id].send_signal(sig)
 
     def freeze(self, instance_id: str, job: str, slot: int) -> None:
-        """SIGSTOP ``instance_id`` at a moment it holds no lock on the run of ``slot``.
-
-        Frozen inside one of its own short store writes, it would block the backups'
-        takeover until resumed (SQLite has one writer; PostgreSQL locks the rows an
-        UPDATE in flight touches): the test would then wait for a takeover that cannot
-        happen. Redis holds no client locks.
-        """
-        for _ in range(20):
-            self.signal(instance_id, signal.SIGSTOP)
-            time.sleep(0.05)
-            if not store_locked(self.backend, job, slot):
-                return
-            self.signal(instance_id, signal.SIGCONT)
-            time.sleep(0.05)
-        raise AssertionError(f"{instance_id} held a store lock at every one of 20 tries")
+        """SIGSTOP ``instance_id`` at a moment it holds no lock on the run of ``slot``."""
+        locked = partial(store_locked, self.backend, job, slot)
+        freeze_unlocked(self.procs[instance_id], instance_id, locked)
 
     def stop_all(self, timeout: float = 15) -> None:
         for proc in self.procs.values():
