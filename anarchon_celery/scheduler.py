@@ -50,15 +50,9 @@ ANSWER_BATCH = 32
 class _Send:
     """One queued send: the call and the engine-loop future its run awaits."""
 
-    __slots__ = ("call", "future", "loop")
+    __slots__ = ("call", "future")
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[None],
-        call: Callable[[], None],
-    ) -> None:
-        self.loop = loop
+    def __init__(self, future: asyncio.Future[None], call: Callable[[], None]) -> None:
         self.future = future
         self.call = call
 
@@ -79,8 +73,7 @@ class _Sender:
 
     def submit(self, call: Callable[[], None]) -> asyncio.Future[None]:
         """Queue ``call``; the returned future (of the running loop) ends with it."""
-        loop = asyncio.get_running_loop()
-        send = _Send(loop, loop.create_future(), call)
+        send = _Send(asyncio.get_running_loop().create_future(), call)
         with self._lock:
             if self._queue is None:
                 self._queue = queue.SimpleQueue()
@@ -128,7 +121,7 @@ def _answer(answers: list[tuple[_Send, Exception | None]]) -> None:
     """Hand outcomes to their loops, one ``call_soon_threadsafe`` per loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Send, Exception | None]]] = {}
     for answer in answers:
-        by_loop.setdefault(answer[0].loop, []).append(answer)
+        by_loop.setdefault(answer[0].future.get_loop(), []).append(answer)
     for loop, batch in by_loop.items():
         with contextlib.suppress(RuntimeError):  # a closed loop: abandoned at stop
             loop.call_soon_threadsafe(_settle, batch)
