@@ -38,7 +38,8 @@ class Attempt:
     ctx: RunContext
     last_ack: float
     future: asyncio.Future[Any] | None = None
-    deadline: asyncio.TimerHandle | None = None
+    #: When (loop time) it fences itself unless a heartbeat is acknowledged first.
+    fence_at: float = float("inf")
     lost: bool = False
     done: bool = False
     released: bool = False
@@ -58,6 +59,8 @@ class Attempts:
         self.held: dict[tuple[str, int], Attempt] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self._lease = backend.capabilities.lease
+        #: One timer for every held attempt's self-fence, set for the soonest.
+        self._fence_timer: asyncio.TimerHandle | None = None
 
     def start(
         self, job: Job, lease: Lease, origin: Origin, jitter: int, *, sent: float
@@ -116,8 +119,6 @@ class Attempts:
                 self.telemetry.run_ended(job.store_name, status, duration, self.config.clock())
         finally:
             attempt.done = True
-            if attempt.deadline is not None:
-                attempt.deadline.cancel()
             self.held.pop((lease.job, lease.slot), None)
 
     async def _call(self, attempt: Attempt) -> tuple[Status, str | None]:
@@ -231,13 +232,40 @@ class Attempts:
 
     # -- leases ------------------------------------------------------------------
     def _arm_self_fence(self, attempt: Attempt) -> None:
-        """Stop a runner before any backup could take over if its heartbeats go unanswered."""
-        if attempt.deadline is not None:
-            attempt.deadline.cancel()
+        """Stop a runner before any backup could take over if its heartbeats go unanswered.
+
+        One timer serves every held attempt (a timer per attempt, re-made at every
+        acknowledgement, would be thousands of long-lived timer handles to collect): it
+        is set for the soonest deadline and, when it fires, fences what is due and is
+        set again for the next.
+        """
         limit = (self.config.lease_ms - self.config.heartbeat_ms) / 1000
         loop = asyncio.get_running_loop()
-        when = loop.time() + limit - (time.monotonic() - attempt.last_ack)
-        attempt.deadline = loop.call_at(when, self._lose, attempt, "no heartbeat acknowledged")
+        attempt.fence_at = loop.time() + limit - (time.monotonic() - attempt.last_ack)
+        timer = self._fence_timer
+        if timer is None or attempt.fence_at < timer.when():
+            self._set_fence_timer(loop, attempt.fence_at)
+
+    def _set_fence_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._fence_timer is not None:
+            self._fence_timer.cancel()
+        self._fence_timer = loop.call_at(when, self._fence_due, loop, when)
+
+    def _fence_due(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """Fence every held attempt whose deadline has come (the loop runs a timer
+        slightly before its time, within the clock's resolution); wait for the next."""
+        self._fence_timer = None
+        now = max(loop.time(), when)
+        soonest = float("inf")
+        for attempt in list(self.held.values()):
+            if attempt.done or attempt.lost or attempt.released:
+                continue
+            if attempt.fence_at <= now:
+                self._lose(attempt, "no heartbeat acknowledged")
+            else:
+                soonest = min(soonest, attempt.fence_at)
+        if soonest != float("inf"):
+            self._set_fence_timer(loop, soonest)
 
     def _lose(self, attempt: Attempt, reason: str) -> None:
         if attempt.done or attempt.lost or attempt.finishing:  # the finish's answer decides

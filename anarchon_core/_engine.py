@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from ._alarm import Alarm
 from ._attempts import Attempts
 from ._support import EngineConfig, EngineLog, retry_store
 from .backend import Backend, Claim, ClaimRequest, DueRun, InstanceInfo, Lease, TakeoverRequest
@@ -117,6 +118,7 @@ class Engine:
         self._reported_mismatches: set[str] = set()
         self._logged_skew: int | None = None
         self._pacer = Pacer(CLAIMS_PER_TURN)
+        self._alarm = Alarm()  # the job loops' sleeps to their slots
 
     @property
     def stats(self) -> Counter[str]:
@@ -231,11 +233,6 @@ class Engine:
         self.skew_ms = sample
         self.telemetry.skew(sample)
 
-    async def _sleep_until(self, target_ms: int) -> None:
-        delay = target_ms - self.now()
-        if delay > 0:
-            await asyncio.sleep(delay / 1000)
-
     async def _job_loop(self, job: Job) -> None:
         slot = job.schedule.next_slot(self.now())
         previous: int | None = None
@@ -250,7 +247,9 @@ class Engine:
                 reported = gap
             bound = job.jitter_bound_ms(slot)
             jitter = random.randint(0, bound) if bound > 0 else 0
-            await self._sleep_until(slot + jitter)
+            delay = slot + jitter - self.now()
+            if delay > 0:
+                await self._alarm.sleep(delay / 1000)
             paced = self._pacer.turn()
             if paced is not None:
                 await paced

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from anarchon_core import (
+    BackendUnavailable,
     BackgroundScheduler,
     Capabilities,
     CapabilityError,
@@ -611,3 +612,43 @@ def test_a_heartbeat_refused_because_the_finish_landed_first_loses_nothing() -> 
     s = run(main())
     assert s.stats["run_success"] >= 2
     assert s.stats.get("fenced_heartbeat", 0) == 0 and s.stats.get("lost_lease", 0) == 0
+
+
+def test_each_held_attempt_fences_itself_at_its_own_deadline() -> None:
+    """One timer serves every held attempt's self-fence: runs that started at different
+    times, with no heartbeat ever acknowledged, are each cancelled when their own
+    ``lease_ms − heartbeat_ms`` since the claim has passed, not sooner, not never."""
+
+    class Unanswered(MemoryBackend):
+        async def heartbeat(self, leases: Any, lease_ms: int) -> list[bool]:
+            raise BackendUnavailable("no answer")
+
+    backend = Unanswered()
+    window = 0.25  # lease_ms − heartbeat_ms
+    spans: dict[str, float] = {}
+
+    async def main() -> Scheduler:
+        s = Scheduler(backend, instance_id="solo", heartbeat_ms=50, lease_ms=300, jitter_ms=0)
+
+        async def hold(ctx: RunContext) -> None:
+            began = time.monotonic()
+            try:
+                await asyncio.sleep(5)
+            finally:
+                spans.setdefault(ctx.job, time.monotonic() - began)
+
+        for name, offset in (("first", "0ms"), ("second", "400ms"), ("third", "450ms")):
+            s.every(name, "1s", hold, offset=offset)
+        await s.start()
+        await wait_for(lambda: _settled(spans, 3), timeout=4)
+        await s.stop()
+        return s
+
+    s = run(main())
+    assert s.stats["lost_lease"] >= 3
+    for job, span in spans.items():
+        assert window - 0.02 <= span <= window + 0.15, (job, span)
+
+
+async def _settled(spans: dict[str, float], count: int) -> bool:
+    return len(spans) >= count
