@@ -10,53 +10,23 @@ claim-only, so it does not join the conformance suite (written for lease stores)
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import shutil
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 import nats
 import nats.js.errors
 import registry
 from nats.aio.client import Client
-from services import service_unreachable
-
-T = TypeVar("T")
+from services import free_port, require_answer, run_sync, service_unreachable
 
 NATS_URL = os.environ.get("ANARCHON_TEST_NATS", "nats://127.0.0.1:4222")
-
-_reachable: str | None = None  # "" once the server answered, else why it did not
-
-
-def run_sync(make: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion on a private loop in a thread (safe inside a loop)."""
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(asyncio.run(_call(make)))
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, name="nats-test-helper")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
-async def _call(make: Callable[[], Awaitable[T]]) -> T:
-    return await make()
 
 
 async def _connect(url: str) -> Client:
@@ -70,24 +40,15 @@ async def _connect(url: str) -> Client:
 
 def require_nats() -> str:
     """The shared server's URL, or skip (fail under CI) when it does not answer."""
-    global _reachable
-    if _reachable is None:
 
-        async def probe() -> None:
-            nc = await _connect(NATS_URL)
-            try:
-                await nc.jetstream().account_info()
-            finally:
-                await nc.close()
-
+    async def probe() -> None:
+        nc = await _connect(NATS_URL)
         try:
-            run_sync(probe)
-            _reachable = ""
-        except Exception as exc:
-            _reachable = f"{type(exc).__name__}: {exc}"
-    if _reachable:
-        service_unreachable("NATS JetStream", f"{NATS_URL} does not answer: {_reachable}")
-    return NATS_URL
+            await nc.jetstream().account_info()
+        finally:
+            await nc.close()
+
+    return require_answer("NATS JetStream", NATS_URL, probe)
 
 
 def fresh_bucket() -> str:
@@ -111,13 +72,6 @@ def delete_bucket(bucket: str, url: str = NATS_URL) -> None:
 
 def nats_server_binary() -> str | None:
     return shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/bin")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class NatsServer:

@@ -12,75 +12,35 @@ claim-only, so it does not join the conformance suite (written for lease stores)
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import registry
-from services import service_unreachable
+from services import free_port, require_answer, run_sync, service_unreachable
 
 from anarchon_core.backend import SCHEMA_VERSION
 
-T = TypeVar("T")
-
 RABBITMQ_URL = os.environ.get("ANARCHON_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672/")
-
-_reachable: str | None = None  # "" once the broker answered, else why it did not
-
-
-def run_sync(make: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion on a private loop in a thread (safe inside a loop)."""
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(asyncio.run(_call(make)))
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, name="rabbitmq-test-helper")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
-async def _call(make: Callable[[], Awaitable[T]]) -> T:
-    return await make()
 
 
 def require_rabbitmq() -> str:
     """The broker URL, or skip (fail under CI) when it does not answer; asked once."""
-    global _reachable
-    if _reachable is None:
 
-        async def probe() -> None:
-            connection = await aio_pika.connect(RABBITMQ_URL, timeout=3)
-            await connection.close()
+    async def probe() -> None:
+        connection = await aio_pika.connect(RABBITMQ_URL, timeout=3)
+        await connection.close()
 
-        try:
-            run_sync(probe)
-            _reachable = ""
-        except Exception as exc:
-            _reachable = f"{type(exc).__name__}: {exc}"
-    if _reachable:
-        service_unreachable("RabbitMQ", f"{RABBITMQ_URL} does not answer: {_reachable}")
-    return RABBITMQ_URL
+    return require_answer("RabbitMQ", RABBITMQ_URL, probe)
 
 
 def fresh_prefix() -> str:
@@ -143,13 +103,6 @@ def close_connections(name: str) -> int:
 
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RabbitServer:

@@ -11,32 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import multiprocessing
 import random
 import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
-from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
+from claim_processes import claim_from_processes, opened, run_through_outage
 from claim_requests import claim_only_request, now_ms
 from nats.js import api
-from stores_nats import (
-    NATS_URL,
-    NatsServer,
-    delete_bucket,
-    free_port,
-    fresh_bucket,
-    nats_server,
-    require_nats,
-)
+from services import free_port
+from stores_nats import NATS_URL, NatsServer, delete_bucket, fresh_bucket, nats_server, require_nats
 from test_conformance import history_pages
 
 from anarchon_core import RunContext, Scheduler
@@ -75,15 +66,9 @@ def bucket() -> Iterator[str]:
 def open_store(bucket: str) -> Callable[..., Any]:
     """``async with open_store(**options) as store``: an open backend on the test's bucket."""
 
-    @asynccontextmanager
-    async def make(url: str = NATS_URL, **params: str) -> AsyncIterator[NatsBackend]:
+    def make(url: str = NATS_URL, **params: str) -> AbstractAsyncContextManager[NatsBackend]:
         query = "&".join(f"{k}={v}" for k, v in {"bucket": bucket, **params}.items())
-        store = NatsBackend(f"{url}/?{query}")
-        await store.open()
-        try:
-            yield store
-        finally:
-            await store.close()
+        return opened(NatsBackend(f"{url}/?{query}"))
 
     return make
 
@@ -279,42 +264,12 @@ async def test_history_filters_and_orders(open_store: Callable[..., Any]) -> Non
         assert await store.prune(now_ms()) == 0
 
 
-def _claim_worker(prefix: str, slot: int, jobs: int, barrier: Barrier, results: Any) -> None:
-    """One process: open its own store, wait for the others, claim every run once."""
-
-    async def main() -> list[str]:
-        store = NatsBackend(f"{NATS_URL}/?bucket={prefix}")
-        await store.open()
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
-            answers = await asyncio.gather(
-                *(store.claim(request(slot, job=f"mp.{n}")) for n in range(jobs))
-            )
-            return [f"mp.{n}" for n, a in enumerate(answers) if a.outcome == Outcome.WON]
-        finally:
-            await store.close()
-
-    results.put(asyncio.run(main()))
-
-
 def test_exactly_one_winner_across_processes(bucket: str) -> None:
     """Four processes, each with its own connection, claim the same 300 runs at once."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(4), ctx.Queue()
-    slot, jobs = now_ms(), 300
-    procs = [
-        ctx.Process(target=_claim_worker, args=(bucket, slot, jobs, barrier, results))
-        for _ in range(4)
-    ]
-    for proc in procs:
-        proc.start()
-    won = Counter(job for _ in procs for job in results.get(timeout=60))
-    for proc in procs:
-        proc.join(30)
-        assert proc.exitcode == 0
-    results.close()
-    results.join_thread()
-    assert won == Counter(f"mp.{n}" for n in range(jobs)), "every run won exactly once"
+    jobs = [f"mp.{n}" for n in range(300)]
+    url = f"{NATS_URL}/?bucket={bucket}"
+    won = claim_from_processes(url, jobs, processes=4, horizon_ms=HOUR)
+    assert won == Counter(jobs), "every run won exactly once"
 
 
 # -- start: bucket, layout, errors ------------------------------------------------------------
@@ -451,50 +406,20 @@ async def test_scheduler_survives_a_server_restart(
 ) -> None:
     """Three schedulers run a job every 200 ms while their own server restarts."""
     server = NatsServer(tmp_path).start()
-    runs: list[tuple[str, int]] = []
-    schedulers = []
     try:
-        for n in range(3):
-            scheduler = Scheduler(
-                f"{server.url}/?bucket=resilience&timeout=1s", instance_id=f"i{n}", jitter_ms=40
-            )
-
-            @scheduler.every("tick", "200ms")
-            async def tick(ctx: RunContext) -> None:
-                runs.append((ctx.instance_id, ctx.slot))
-
-            schedulers.append(scheduler)
-
-        async def ran(count: int, timeout: float = 15) -> None:
-            deadline = time.monotonic() + timeout
-            while len(runs) < count:
-                assert time.monotonic() < deadline, f"only {len(runs)} runs"
-                await asyncio.sleep(0.02)
-
-        caplog.set_level(logging.INFO)
-        for scheduler in schedulers:
-            await scheduler.start()
-        try:
-            await ran(3)
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, server.restart, 0.5)
-            restarted = len(runs)
-            await ran(restarted + 5)
-        finally:
-            for scheduler in schedulers:
-                await scheduler.stop()
-        reader = NatsBackend(f"{server.url}/?bucket=resilience")
-        await reader.open()
-        try:
+        loop = asyncio.get_running_loop()
+        runs = await run_through_outage(
+            f"{server.url}/?bucket=resilience&timeout=1s",
+            lambda: loop.run_in_executor(None, server.restart, 0.5),
+            caplog,
+            wait_s=15,
+            start_s=15,
+        )
+        async with opened(NatsBackend(f"{server.url}/?bucket=resilience")) as reader:
             recorded = await reader.history(HistoryQuery(limit=10_000))
-        finally:
-            await reader.close()
     finally:
         server.stop()
-    assert "engine loop crashed" not in caplog.text
     assert "reconnected to NATS" in caplog.text
-    slots = Counter(slot for _, slot in runs)
-    assert max(slots.values()) == 1, "no slot ran twice"
     # Every run's claim, from before the restart too, is still in the bucket, by its runner.
     assert {(r.instance_id, r.slot) for r in recorded} >= set(runs)
 
@@ -503,22 +428,14 @@ async def test_acknowledged_claims_survive_a_killed_server(tmp_path: Path) -> No
     """``kill -9`` of the server process loses no acknowledged claim (file storage)."""
     server = NatsServer(tmp_path).start()
     try:
-        store = NatsBackend(f"{server.url}/?bucket=durable")
-        await store.open()
-        slot = now_ms()
-        try:
+        async with opened(NatsBackend(f"{server.url}/?bucket=durable")) as store:
+            slot = now_ms()
             for n in range(50):
                 assert (await store.claim(request(slot, job=f"j{n}"))).outcome == Outcome.WON
-        finally:
-            await store.close()
         server.kill()
         server.start()
-        store = NatsBackend(f"{server.url}/?bucket=durable")
-        await store.open()
-        try:
+        async with opened(NatsBackend(f"{server.url}/?bucket=durable")) as store:
             answers = [await store.claim(request(slot, job=f"j{n}")) for n in range(50)]
             assert {a.outcome for a in answers} == {Outcome.TAKEN}
-        finally:
-            await store.close()
     finally:
         server.stop()

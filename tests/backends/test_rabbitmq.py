@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import re
 import secrets
 import subprocess
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from multiprocessing.synchronize import Barrier
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +24,7 @@ from urllib.parse import urlsplit
 import aio_pika
 import aiormq.exceptions
 import pytest
+from claim_processes import claim_from_processes, opened, run_through_outage
 from claim_requests import claim_only_request, now_ms
 from stores_rabbitmq import (
     RABBITMQ_URL,
@@ -39,7 +37,7 @@ from stores_rabbitmq import (
     url_with,
 )
 
-from anarchon_core import RunContext, Scheduler
+from anarchon_core import Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
 from anarchon_core.backends import backend_from_url
 from anarchon_core.backends.rabbitmq import RabbitMQBackend
@@ -74,14 +72,8 @@ def prefix() -> Iterator[str]:
 def open_store(prefix: str) -> Callable[..., Any]:
     """``async with open_store(**options) as store``: an open backend on the test's prefix."""
 
-    @asynccontextmanager
-    async def make(**params: str) -> AsyncIterator[RabbitMQBackend]:
-        store = RabbitMQBackend(url_with(prefix=prefix, **{"margin": "1s", **params}))
-        await store.open()
-        try:
-            yield store
-        finally:
-            await store.close()
+    def make(**params: str) -> AbstractAsyncContextManager[RabbitMQBackend]:
+        return opened(RabbitMQBackend(url_with(prefix=prefix, **{"margin": "1s", **params})))
 
     return make
 
@@ -243,42 +235,12 @@ async def test_history_is_empty_and_lease_operations_are_refused(
             await store.finish(Lease("job", 1, 1, "t"), Status.SUCCESS)
 
 
-def _claim_worker(prefix: str, slot: int, jobs: int, barrier: Barrier, results: Any) -> None:
-    """One process: open its own store, wait for the others, claim every run once."""
-
-    async def main() -> list[str]:
-        store = RabbitMQBackend(url_with(prefix=prefix, margin="1s"))
-        await store.open()
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
-            answers = await asyncio.gather(
-                *(store.claim(request(slot, job=f"mp.{n}")) for n in range(jobs))
-            )
-            return [f"mp.{n}" for n, a in enumerate(answers) if a.outcome == Outcome.WON]
-        finally:
-            await store.close()
-
-    results.put(asyncio.run(main()))
-
-
 def test_exactly_one_winner_across_processes(prefix: str) -> None:
     """Four processes, each with its own connection, claim the same 300 runs at once."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(4), ctx.Queue()
-    slot, jobs = now_ms(), 300
-    procs = [
-        ctx.Process(target=_claim_worker, args=(prefix, slot, jobs, barrier, results))
-        for _ in range(4)
-    ]
-    for proc in procs:
-        proc.start()
-    won = Counter(job for _ in procs for job in results.get(timeout=60))
-    for proc in procs:
-        proc.join(30)
-        assert proc.exitcode == 0
-    results.close()
-    results.join_thread()
-    assert won == Counter(f"mp.{n}" for n in range(jobs)), "every run won exactly once"
+    jobs = [f"mp.{n}" for n in range(300)]
+    url = url_with(prefix=prefix, margin="1s")
+    won = claim_from_processes(url, jobs, processes=4, horizon_ms=HORIZON_MS)
+    assert won == Counter(jobs), "every run won exactly once"
 
 
 # -- start: layout, errors ------------------------------------------------------------------
@@ -346,11 +308,8 @@ async def test_missing_permissions_are_named(prefix: str) -> None:
             netloc=f"{user}:pw@{urlsplit(RABBITMQ_URL).netloc.rsplit('@', 1)[-1]}"
         )
         store = RabbitMQBackend(url_with(base.geturl(), prefix=prefix, margin="1s"))
-        await store.open()
-        try:
+        async with opened(store):
             assert (await store.claim(request(now_ms()))).outcome == Outcome.WON
-        finally:
-            await store.close()
         other = RabbitMQBackend(url_with(base.geturl(), prefix="anarchon-elsewhere."))
         with pytest.raises(BackendError, match="needs 'configure' permission on names starting"):
             await other.open()
@@ -445,44 +404,6 @@ class Proxy:
             dst.transport.abort()
 
 
-async def run_through_outage(
-    url: str, outage: Callable[[], Any], caplog: pytest.LogCaptureFixture, wait_s: float = 10
-) -> list[tuple[str, int]]:
-    """Three schedulers run a job every 200 ms across ``outage``; returns (instance, slot)."""
-    runs: list[tuple[str, int]] = []
-    schedulers = []
-    for n in range(3):
-        scheduler = Scheduler(url, instance_id=f"i{n}", jitter_ms=40)
-
-        @scheduler.every("tick", "200ms")
-        async def tick(ctx: RunContext) -> None:
-            runs.append((ctx.instance_id, ctx.slot))
-
-        schedulers.append(scheduler)
-
-    async def ran(count: int, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while len(runs) < count:
-            assert time.monotonic() < deadline, f"only {len(runs)} runs"
-            await asyncio.sleep(0.02)
-
-    caplog.set_level(logging.INFO)
-    for scheduler in schedulers:
-        await scheduler.start()
-    try:
-        await ran(3)
-        await outage()
-        before = len(runs)
-        await ran(before + 5, wait_s)
-    finally:
-        for scheduler in schedulers:
-            await scheduler.stop()
-    assert "engine loop crashed" not in caplog.text
-    slots = Counter(slot for _, slot in runs)
-    assert max(slots.values()) == 1, "no slot ran twice"
-    return runs
-
-
 async def test_scheduler_survives_connections_killed_by_the_broker(
     prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -521,7 +442,7 @@ async def test_wins_and_schedulers_survive_a_broker_restart(
     loop = asyncio.get_running_loop()
     server = await loop.run_in_executor(None, RabbitServer(tmp_path).start)
     try:
-        async with open_at(server.url) as store:
+        async with opened(RabbitMQBackend(server.url)) as store:
             slot = now_ms()
             # A horizon that outlasts a slow restart on a loaded machine: past it the
             # answer would be EXPIRED, which says nothing about the kept win.
@@ -537,13 +458,3 @@ async def test_wins_and_schedulers_survive_a_broker_restart(
     finally:
         await loop.run_in_executor(None, server.stop)
     assert "reconnected to RabbitMQ" in caplog.text
-
-
-@asynccontextmanager
-async def open_at(url: str) -> AsyncIterator[RabbitMQBackend]:
-    store = RabbitMQBackend(url)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
