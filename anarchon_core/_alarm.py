@@ -36,6 +36,15 @@ class Alarm:
             self._arm(loop, when)
         return future
 
+    def close(self) -> None:
+        """Cancel the timer and forget every sleeper (their loops have ended)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, _, future in self._sleepers:
+            future.cancel()
+        self._sleepers.clear()
+
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()

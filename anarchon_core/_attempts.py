@@ -251,6 +251,12 @@ class Attempts:
             self._fence_timer.cancel()
         self._fence_timer = loop.call_at(when, self._fence_due, loop, when)
 
+    def close(self) -> None:
+        """Cancel the self-fence timer (every attempt has ended)."""
+        if self._fence_timer is not None:
+            self._fence_timer.cancel()
+            self._fence_timer = None
+
     def _fence_due(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         """Fence every held attempt whose deadline has come (the loop runs a timer
         slightly before its time, within the clock's resolution); wait for the next."""

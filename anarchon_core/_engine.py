@@ -198,6 +198,8 @@ class Engine:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         await self._drain({*self._loops, *self.attempts.tasks})
+        self._alarm.close()  # the loop may run on (a web app's): leave no timer behind
+        self.attempts.close()
         if self.failed is None:
             try:
                 async with asyncio.timeout(REGISTRY_STOP_TIMEOUT_S):

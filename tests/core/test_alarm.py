@@ -37,3 +37,16 @@ def test_a_cancelled_sleeper_is_skipped_and_the_rest_still_wake() -> None:
         return first.cancelled(), second.done()
 
     assert asyncio.run(main()) == (True, True)
+
+
+def test_close_cancels_the_timer_and_every_sleeper() -> None:
+    """An engine's stop leaves no timer on a loop that runs on (a web app's)."""
+
+    async def main() -> tuple[bool, bool, bool]:
+        alarm = Alarm()
+        sleeper = alarm.sleep(3600)
+        timer = alarm._timer
+        alarm.close()
+        return sleeper.cancelled(), timer is not None and timer.cancelled(), alarm._timer is None
+
+    assert asyncio.run(main()) == (True, True, True)
