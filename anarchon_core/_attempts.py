@@ -3,8 +3,9 @@
 Every held attempt is in :attr:`Attempts.held` from the moment its claim or takeover
 was won until its outcome is recorded, so that its lease keeps being extended while
 the finish mark is (re)sent. The heartbeat is one batched store call per period for
-all held attempts; each acknowledgement re-arms a timer at ``lease_ms −
-heartbeat_ms`` that fences the runner itself if the store stops answering.
+all held attempts; each acknowledgement moves the attempt's self-fence deadline to
+``lease_ms − heartbeat_ms`` after that heartbeat was sent, and one timer fences every
+runner whose deadline passes (the store stopped answering).
 Each handler call runs inside its telemetry span (current while it runs); an attempt
 is counted as a run once its outcome is recorded.
 """
@@ -119,7 +120,8 @@ class Attempts:
                 self.telemetry.run_ended(job.store_name, status, duration, self.config.clock())
         finally:
             attempt.done = True
-            self.held.pop((lease.job, lease.slot), None)
+            if self.held.get((lease.job, lease.slot)) is attempt:
+                del self.held[(lease.job, lease.slot)]
 
     async def _call(self, attempt: Attempt) -> tuple[Status, str | None]:
         """One handler call, inside its span: the handler's own spans nest under it."""
@@ -236,8 +238,9 @@ class Attempts:
 
         One timer serves every held attempt (a timer per attempt, re-made at every
         acknowledgement, would be thousands of long-lived timer handles to collect): it
-        is set for the soonest deadline and, when it fires, fences what is due and is
-        set again for the next.
+        is set no later than the soonest deadline (an acknowledgement moves deadlines
+        later and leaves it early) and, when it fires, fences what is due and is set
+        again for the soonest deadline left.
         """
         limit = (self.config.lease_ms - self.config.heartbeat_ms) / 1000
         loop = asyncio.get_running_loop()
@@ -262,16 +265,18 @@ class Attempts:
         slightly before its time, within the clock's resolution); wait for the next."""
         self._fence_timer = None
         now = max(loop.time(), when)
-        soonest = float("inf")
-        for attempt in list(self.held.values()):
-            if attempt.done or attempt.lost or attempt.released:
-                continue
+        live = [a for a in self.held.values() if not (a.done or a.lost or a.released)]
+        later = [a.fence_at for a in live if a.fence_at > now]
+        if later:  # first: a failure below must not stop the other attempts' fencing
+            self._set_fence_timer(loop, min(later))
+        for attempt in live:
             if attempt.fence_at <= now:
-                self._lose(attempt, "no heartbeat acknowledged")
-            else:
-                soonest = min(soonest, attempt.fence_at)
-        if soonest != float("inf"):
-            self._set_fence_timer(loop, soonest)
+                try:
+                    self._lose(attempt, "no heartbeat acknowledged")
+                except Exception as exc:  # a logging filter or a metrics exporter
+                    loop.call_exception_handler(
+                        {"message": "anarchon: self-fencing an attempt failed", "exception": exc}
+                    )
 
     def _lose(self, attempt: Attempt, reason: str) -> None:
         if attempt.done or attempt.lost or attempt.finishing:  # the finish's answer decides

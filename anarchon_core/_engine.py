@@ -192,14 +192,16 @@ class Engine:
         for task in list(self._loops):
             if task is not self._heartbeat:  # runs keep their leases until handed over
                 task.cancel()
-        if self.attempts.tasks:
-            await asyncio.wait(set(self.attempts.tasks), timeout=grace_ms / 1000)
-        await self.attempts.hand_over()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-        await self._drain({*self._loops, *self.attempts.tasks})
-        self._alarm.close()  # the loop may run on (a web app's): leave no timer behind
-        self.attempts.close()
+        try:
+            if self.attempts.tasks:
+                await asyncio.wait(set(self.attempts.tasks), timeout=grace_ms / 1000)
+            await self.attempts.hand_over()
+            if self._heartbeat is not None:
+                self._heartbeat.cancel()
+            await self._drain({*self._loops, *self.attempts.tasks})
+        finally:  # the job loops are cancelled: even if this stop is, leave no timer on a
+            self._alarm.close()  # loop that runs on (a web app's)
+        self.attempts.close()  # every attempt has ended: no self-fence is due any more
         if self.failed is None:
             try:
                 async with asyncio.timeout(REGISTRY_STOP_TIMEOUT_S):

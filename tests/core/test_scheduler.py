@@ -647,7 +647,50 @@ def test_each_held_attempt_fences_itself_at_its_own_deadline() -> None:
     s = run(main())
     assert s.stats["lost_lease"] >= 3
     for job, span in spans.items():
-        assert window - 0.02 <= span <= window + 0.15, (job, span)
+        assert window - 0.02 <= span <= window + 0.3, (job, span)
+
+
+def test_an_acknowledged_attempt_fences_itself_only_after_the_acknowledgements_stop() -> None:
+    """The shared timer is left early when acknowledgements move a deadline later: it
+    must then wait for the new deadline, neither fence at the old one nor forget it."""
+
+    class FallsSilent(MemoryBackend):
+        silent = False
+
+        async def heartbeat(self, leases: Any, lease_ms: int) -> list[bool]:
+            if self.silent:
+                raise BackendUnavailable("no answer")
+            return await super().heartbeat(leases, lease_ms)
+
+    backend = FallsSilent()
+    # lease_ms − heartbeat_ms; how long heartbeats are answered: not a multiple of the
+    # window, so that the shared timer fires early once more after the last answer
+    window, acked = 0.28, 0.5
+    spans: dict[str, float] = {}
+
+    async def main() -> Scheduler:
+        s = Scheduler(backend, instance_id="solo", heartbeat_ms=20, lease_ms=300, jitter_ms=0)
+
+        @s.every("long", "1s")
+        async def long(ctx: RunContext) -> None:
+            began = time.monotonic()
+            try:
+                await asyncio.sleep(acked)
+                backend.silent = True
+                await asyncio.sleep(5)
+            finally:
+                spans.setdefault(ctx.job, time.monotonic() - began)
+
+        await s.start()
+        await wait_for(lambda: _settled(spans, 1), timeout=4)
+        await s.stop()
+        return s
+
+    s = run(main())
+    assert s.stats["lost_lease"] >= 1
+    # fenced one window after the last acknowledged heartbeat was sent (at most one
+    # heartbeat period before the acknowledgements stopped), not one after the claim
+    assert acked + window - 0.1 <= spans["long"] <= acked + window + 0.3, spans
 
 
 async def _settled(spans: dict[str, float], count: int) -> bool:
