@@ -146,4 +146,6 @@ def test_a_started_scheduler_runs_orm_handlers(tmp_path: Any) -> None:
     asyncio.run(main())
     assert len(counts) >= 4
     statuses = {r.status.value for r in asyncio.run(scheduler.history())}
-    assert statuses == {"success"}
+    # A slot is skipped when the previous run of its 100-ms job is still live (a slow
+    # first ORM query on a loaded machine); no handler may fail.
+    assert "success" in statuses and statuses <= {"success", "skipped"}, statuses
