@@ -619,11 +619,8 @@ def test_each_held_attempt_fences_itself_at_its_own_deadline() -> None:
     times, with no heartbeat ever acknowledged, are each cancelled when their own
     ``lease_ms − heartbeat_ms`` since the claim has passed, not sooner, not never."""
 
-    class Unanswered(MemoryBackend):
-        async def heartbeat(self, leases: Any, lease_ms: int) -> list[bool]:
-            raise BackendUnavailable("no answer")
-
-    backend = Unanswered()
+    backend = FallsSilent()
+    backend.silent = True
     window = 0.25  # lease_ms − heartbeat_ms
     spans: dict[str, float] = {}
 
@@ -654,14 +651,6 @@ def test_an_acknowledged_attempt_fences_itself_only_after_the_acknowledgements_s
     """The shared timer is left early when acknowledgements move a deadline later: it
     must then wait for the new deadline, neither fence at the old one nor forget it."""
 
-    class FallsSilent(MemoryBackend):
-        silent = False
-
-        async def heartbeat(self, leases: Any, lease_ms: int) -> list[bool]:
-            if self.silent:
-                raise BackendUnavailable("no answer")
-            return await super().heartbeat(leases, lease_ms)
-
     backend = FallsSilent()
     # lease_ms − heartbeat_ms; how long heartbeats are answered: not a multiple of the
     # window, so that the shared timer fires early once more after the last answer
@@ -691,6 +680,17 @@ def test_an_acknowledged_attempt_fences_itself_only_after_the_acknowledgements_s
     # fenced one window after the last acknowledged heartbeat was sent (at most one
     # heartbeat period before the acknowledgements stopped), not one after the claim
     assert acked + window - 0.1 <= spans["long"] <= acked + window + 0.3, spans
+
+
+class FallsSilent(MemoryBackend):
+    """A store that stops answering heartbeats once ``silent`` is set."""
+
+    silent = False
+
+    async def heartbeat(self, leases: Any, lease_ms: int) -> list[bool]:
+        if self.silent:
+            raise BackendUnavailable("no answer")
+        return await super().heartbeat(leases, lease_ms)
 
 
 async def _settled(spans: dict[str, float], count: int) -> bool:
