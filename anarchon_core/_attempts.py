@@ -5,7 +5,10 @@ was won until its outcome is recorded, so that its lease keeps being extended wh
 the finish mark is (re)sent. The heartbeat is one batched store call per period for
 all held attempts; each acknowledgement moves the attempt's self-fence deadline to
 ``lease_ms − heartbeat_ms`` after that heartbeat was sent, and one timer fences every
-runner whose deadline passes (the store stopped answering).
+runner whose deadline passes (the store stopped answering). The first deadline counts
+from the first send of the winning claim or takeover, and an answer that arrives after
+it starts nothing. Every time here is the event loop's clock, so a loop on virtual
+time runs the whole protocol on it.
 Each handler call runs inside its telemetry span (current while it runs); an attempt
 is counted as a run once its outcome is recorded.
 """
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,8 @@ class Attempt:
     job: Job
     lease: Lease
     ctx: RunContext
+    #: When (loop time) the last acknowledged heartbeat was sent; at first, when the
+    #: claim or takeover that won the attempt was first sent.
     last_ack: float
     future: asyncio.Future[Any] | None = None
     #: When (loop time) it fences itself unless a heartbeat is acknowledged first.
@@ -64,23 +68,55 @@ class Attempts:
         self._fence_timer: asyncio.TimerHandle | None = None
 
     def start(
-        self, job: Job, lease: Lease, origin: Origin, jitter: int, *, sent: float
-    ) -> asyncio.Task[Any]:
+        self, job: Job, lease: Lease, origin: Origin, jitter: int, *, sent: float, horizon_end: int
+    ) -> asyncio.Task[Any] | None:
         """Run a won attempt in a task of its own and return that task.
 
-        ``sent`` is when (``time.monotonic()``) the winning claim or takeover was sent:
-        the store started the lease no earlier, so self-fencing counts from there.
+        ``sent`` is when (the loop's clock) the winning claim or takeover was first
+        sent: the store started the lease no earlier, so self-fencing counts from there.
+        An answer that arrives once that deadline has passed, or once the slot's
+        horizon (``horizon_end``, epoch ms) has passed by the local clock, starts
+        nothing (``None``): a backup may already run the attempt after it, and a slot
+        is never run late. The run stays ``running`` in the store until its lease
+        expires; then a backup takes it over or ends it ``interrupted`` (its handler
+        never ran).
         """
         ctx = self._context(job, lease, lease.attempt, origin)
         ctx.jitter_ms = jitter
         attempt = Attempt(job, lease, ctx, last_ack=sent)
         if self._lease:
+            reason = self._too_late(attempt, horizon_end)
+            if reason is not None:
+                self.telemetry.not_started(job.store_name, reason)
+                self.log.warn(
+                    job,
+                    lease.slot,
+                    lease.attempt,
+                    "won, not started: the answer came %s",
+                    "past the attempt's self-fence deadline"
+                    if reason == "fence"
+                    else "past the slot's horizon",
+                )
+                return None
             self.held[(lease.job, lease.slot)] = attempt
             self._arm_self_fence(attempt)
         task = asyncio.ensure_future(self._run(attempt))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
+
+    def _too_late(self, attempt: Attempt, horizon_end: int) -> str | None:
+        """Why a won attempt may not start now (``fence`` or ``horizon``), or ``None``."""
+        if asyncio.get_running_loop().time() >= attempt.last_ack + self._fence_window_s:
+            return "fence"
+        if self.config.clock() > horizon_end:
+            return "horizon"
+        return None
+
+    @property
+    def _fence_window_s(self) -> float:
+        """How long a runner may go without an acknowledged heartbeat before it fences."""
+        return (self.config.lease_ms - self.config.heartbeat_ms) / 1000
 
     def _context(self, job: Job, lease: Lease, number: int, origin: Origin) -> RunContext:
         return RunContext(
@@ -98,7 +134,7 @@ class Attempts:
         job, lease, ctx = attempt.job, attempt.lease, attempt.ctx
         self.log.info(job, lease.slot, lease.attempt, "run started (%s)", ctx.origin)
         self.telemetry.run_started(job.store_name, (self.config.clock() - lease.slot) / 1000)
-        began = time.monotonic()
+        began = asyncio.get_running_loop().time()
         try:
             status, error = await self._call(attempt)
             if not self._lease:
@@ -115,7 +151,7 @@ class Attempts:
             retry_in = self._retry_delay(job, lease.attempt) if status == Status.FAILED else None
             log = self.log.info if status == Status.SUCCESS else self.log.warn
             log(job, lease.slot, lease.attempt, "run %s%s", status, f": {error}" if error else "")
-            duration = time.monotonic() - began
+            duration = asyncio.get_running_loop().time() - began
             if await self._finish(attempt, status, error, retry_in):
                 self.telemetry.run_ended(job.store_name, status, duration, self.config.clock())
         finally:
@@ -242,9 +278,8 @@ class Attempts:
         later and leaves it early) and, when it fires, fences what is due and is set
         again for the soonest deadline left.
         """
-        limit = (self.config.lease_ms - self.config.heartbeat_ms) / 1000
         loop = asyncio.get_running_loop()
-        attempt.fence_at = loop.time() + limit - (time.monotonic() - attempt.last_ack)
+        attempt.fence_at = attempt.last_ack + self._fence_window_s
         timer = self._fence_timer
         if timer is None or attempt.fence_at < timer.when():
             self._set_fence_timer(loop, attempt.fence_at)
@@ -305,7 +340,7 @@ class Attempts:
             held = [a for a in self.held.values() if not (a.done or a.lost)]
             if not held:
                 continue
-            sent = time.monotonic()
+            sent = loop.time()
             try:
                 verdicts = await self.backend.heartbeat(
                     [a.lease for a in held], self.config.lease_ms

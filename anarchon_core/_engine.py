@@ -13,12 +13,12 @@ retried, never raised out of a loop. Every event is reported to the configuratio
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.metadata
 import os
 import random
 import secrets
 import socket
-import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -320,52 +320,65 @@ class Engine:
         *,
         skip_overlap: bool | None = None,
     ) -> asyncio.Task[Any] | None:
-        """Claim one run; start it if won. Returns the run's task when this instance won."""
-        token = secrets.token_hex(16)
-        request = ClaimRequest(
-            job=job.store_name,
-            slot=slot,
-            origin=origin,
-            token=token,
-            instance_id=self.config.instance_id,
-            lease_ms=self.config.lease_ms,
-            horizon_ms=horizon,
-            skip_overlap=(job.options.overlap == "skip") if skip_overlap is None else skip_overlap,
-            fingerprint=job.fingerprint,
-        )
+        """Claim one run; start it if won. Returns the run's task when this instance won.
+
+        A lost reply is retried with the same token, and the attempt's self-fence
+        deadline counts from the first send: the store may have started the lease then.
+        An answer ``EARLY`` wrote nothing, so the claim sent again at the slot is a new
+        one, with a new token (a late copy of the first can then never pass for it).
+        """
+        loop = asyncio.get_running_loop()
         while True:
+            token = secrets.token_hex(16)
+            request = ClaimRequest(
+                job=job.store_name,
+                slot=slot,
+                origin=origin,
+                token=token,
+                instance_id=self.config.instance_id,
+                lease_ms=self.config.lease_ms,
+                horizon_ms=horizon,
+                skip_overlap=(job.options.overlap == "skip")
+                if skip_overlap is None
+                else skip_overlap,
+                fingerprint=job.fingerprint,
+            )
+            sent = loop.time()
             answer = await self._retry(
-                lambda: self._timed_claim(request),
+                functools.partial(self._timed_claim, request),
                 what="claim",
                 deadline=slot + horizon,
                 job=job,
                 slot=slot,
             )
-            claim, sent, latency = answer or (Claim(Outcome.EXPIRED), 0.0, None)
+            claim, latency = answer or (Claim(Outcome.EXPIRED), None)
             self.telemetry.claim(job.store_name, claim.outcome, latency)
             if claim.outcome != Outcome.EARLY:
                 break
             await asyncio.sleep(max(slot - (claim.store_now or slot), 10) / 1000)
         if claim.outcome == Outcome.WON:
+            lease = Lease(job.store_name, slot, claim.attempt, token)
             return self.attempts.start(
-                job, Lease(job.store_name, slot, claim.attempt, token), origin, jitter, sent=sent
+                job, lease, origin, jitter, sent=sent, horizon_end=slot + horizon
             )
         if claim.outcome in (Outcome.SKIPPED, Outcome.PAUSED):
             self.log.info(job, slot, None, "slot %s", claim.outcome)
         elif claim.outcome == Outcome.EXPIRED:
             self.log.warn(job, slot, None, "slot abandoned: claimed past its horizon")
+        elif claim.outcome == Outcome.LAPSED:
+            self.log.warn(job, slot, 1, "not started: the claim's lease lapsed before its answer")
         return None
 
-    async def _timed_claim(self, request: ClaimRequest) -> tuple[Claim, float, float]:
-        """One claim, also sampling the skew (store − local) when the round trip was short.
+    async def _timed_claim(self, request: ClaimRequest) -> tuple[Claim, float]:
+        """One claim and its round trip in seconds, sampling the skew (store − local).
 
-        Returns the answer, when it was sent (``time.monotonic()``) and its round trip
-        in seconds. A slow answer (a pool wait, a reconnect) says nothing about the
-        clocks: its midpoint could be seconds off, so such samples are dropped.
+        A slow answer (a pool wait, a reconnect) says nothing about the clocks: its
+        midpoint could be seconds off, so such samples are dropped.
         """
-        sent, sent_mono = self.now(), time.monotonic()
+        loop = asyncio.get_running_loop()
+        sent, sent_at = self.now(), loop.time()
         claim = await self.backend.claim(request)
-        latency = time.monotonic() - sent_mono
+        latency = loop.time() - sent_at
         received = self.now()
         if (
             claim.store_now is not None
@@ -373,7 +386,7 @@ class Engine:
             and received - sent <= SKEW_SAMPLE_MAX_RTT_MS
         ):
             self._observe_skew(claim.store_now - (sent + received) // 2)
-        return claim, sent_mono, latency
+        return claim, latency
 
     # -- backups -------------------------------------------------------------------
     async def _sweep_loop(self) -> None:
@@ -411,8 +424,9 @@ class Engine:
             max_attempts=job.options.max_attempts,
             skip_overlap=job.options.overlap == "skip",
         )
-        sent = time.monotonic()
-        # Repeated with the same token after an ambiguous failure, it answers WON again.
+        sent = asyncio.get_running_loop().time()  # the first send: self-fencing counts from it
+        # Repeated with the same token after an ambiguous failure, it answers WON again
+        # while the lease it started is live (LAPSED after).
         answer = await self._retry(
             lambda: self.backend.take_over(request),
             what="takeover",
@@ -427,7 +441,12 @@ class Engine:
         if claim.outcome == Outcome.WON:
             self.log.info(job, run.slot, claim.attempt, "took over the run (%s)", run.reason)
             lease = Lease(run.job, run.slot, claim.attempt, token)
-            self.attempts.start(job, lease, run.origin, 0, sent=sent)
+            end = run.slot + horizon
+            self.attempts.start(job, lease, run.origin, 0, sent=sent, horizon_end=end)
+        elif claim.outcome == Outcome.LAPSED:
+            self.log.warn(
+                job, run.slot, run.attempt + 1, "not started: the takeover's lease lapsed first"
+            )
         elif claim.outcome in (Outcome.EXHAUSTED, Outcome.EXPIRED):
             why = "max_attempts reached" if claim.outcome == Outcome.EXHAUSTED else "too late"
             self.log.warn(job, run.slot, run.attempt, "run ended interrupted: %s", why)

@@ -117,10 +117,14 @@ async def retry_store(
             raise
         except Exception as exc:
             config.telemetry.store_error(operation, job_name)
-            if deadline is not None and config.clock() >= deadline:
-                log.warn(job, slot, attempt, "%s gave up, store unavailable: %s", what, exc)
-                return None
-            log.warn(job, slot, attempt, "%s failed, retrying in %.2fs: %s", what, delay, exc)
+            wait = delay
+            if deadline is not None:
+                left = (deadline - config.clock()) / 1000
+                if left <= 0:
+                    log.warn(job, slot, attempt, "%s gave up, store unavailable: %s", what, exc)
+                    return None
+                wait = min(delay, left)  # one last try at the deadline, not seconds past it
+            log.warn(job, slot, attempt, "%s failed, retrying in %.2fs: %s", what, wait, exc)
             config.telemetry.store_retry(operation)
-            await asyncio.sleep(delay)
+            await asyncio.sleep(wait)
             delay = min(delay * 2, max_delay_s)

@@ -244,7 +244,9 @@ class Backend(ABC):
         later claims of the run ``TAKEN``.
 
         A claim repeated with the same token (after an ambiguous failure) returns
-        ``WON`` again if that token holds the run.
+        ``WON`` again if that token holds the run and its lease is live by the store's
+        clock; ``LAPSED`` (nothing written) if that token holds the run but its lease has
+        expired: the attempt must not start, and a backup takes the run over.
         """
 
     # -- lease operations (lease backends) -----------------------------------------
@@ -302,6 +304,8 @@ class Backend(ABC):
         run ends ``interrupted``); ``EXPIRED`` if past the horizon (likewise ended);
         ``BLOCKED`` if ``skip_overlap`` and another run of the job is live. A due retry
         that may not run (exhausted or expired) ends ``failed``: its failure stands.
+        Repeated with the same token, it answers ``WON`` again while the attempt it
+        started holds a live lease and ``LAPSED`` once that lease has expired.
 
         ``attempt=0`` starts a pending manual request (see :meth:`trigger`) as attempt 1;
         past its horizon it ends ``interrupted`` with an attempt-0 record.

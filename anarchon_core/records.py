@@ -84,6 +84,8 @@ class Outcome(StrEnum):
     EARLY = "early"  # the store's clock says the slot is not due yet: retry later
     EXHAUSTED = "exhausted"  # takeover refused: max_attempts reached, run ends interrupted
     BLOCKED = "blocked"  # takeover/retry must wait: another run of the job is live
+    LAPSED = "lapsed"  # a repeat by the token that won, whose lease has since expired:
+    # it runs nothing (a backup takes the run over), and nothing was written
 
 
 @dataclass(frozen=True, slots=True)

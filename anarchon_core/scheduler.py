@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import operations
 from ._engine import Engine, EngineConfig
-from .backend import LEASE_BACKENDS, Backend, InstanceInfo
+from .backend import LEASE_BACKENDS, Backend, InstanceInfo, wall_clock_ms
 from .backends import DEFAULT_URL, backend_from_url
 from .durations import parse_duration_ms
 from .errors import CapabilityError, ConfigurationError, SchedulerStateError
@@ -70,6 +70,10 @@ class Scheduler:
     ``metrics_registry`` (default: the process's registry), and with
     ``opentelemetry-api`` every handler call is a span of ``tracer_provider``
     (default: the global one); see :mod:`anarchon_core.telemetry`.
+
+    ``clock`` is the wall clock the engine reads, in epoch ms (default: the system's).
+    Sleeps and self-fencing follow the event loop's clock, so a test that runs the loop
+    on virtual time passes a clock derived from it (:class:`anarchon_core.testing.LoopClock`).
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class Scheduler:
         enabled: bool | None = None,
         metrics_registry: CollectorRegistry | None = None,
         tracer_provider: TracerProvider | None = None,
+        clock: Callable[[], int] | None = None,
         **job_defaults: Any,
     ) -> None:
         if backend is None:
@@ -117,6 +122,11 @@ class Scheduler:
         self._lock = threading.Lock()
         self.metrics_registry = metrics_registry
         self.tracer_provider = tracer_provider
+        if clock is not None and not callable(clock):
+            raise ConfigurationError(
+                f"clock {clock!r} is not valid: give a function that returns epoch ms"
+            )
+        self.clock: Callable[[], int] = clock or wall_clock_ms
         self._telemetry: Telemetry | None = None
 
     def __repr__(self) -> str:
@@ -310,6 +320,7 @@ class Scheduler:
                     lease_ms=self.lease_ms,
                     history_retention_ms=self.history_retention_ms,
                     logger=logger,
+                    clock=self.clock,
                     telemetry=self._telemetry,
                 ),
             )

@@ -56,6 +56,7 @@ METRICS: Final[dict[str, tuple[str, ...]]] = {
     "anarchon_lost_leases_total": ("job_name",),
     "anarchon_handed_over_total": ("job_name",),
     "anarchon_abandoned_total": ("job_name",),
+    "anarchon_not_started_total": ("job_name", "reason"),
     "anarchon_store_errors_total": ("job_name", "operation"),
     "anarchon_store_retries_total": ("operation",),
     "anarchon_claim_latency_seconds": ("job_name",),
@@ -173,6 +174,11 @@ class _PrometheusMetrics(_NoMetrics):
             "abandoned": counter(
                 "anarchon_abandoned_total",
                 "Slots not even claimed: past their horizon by the local clock.",
+            ),
+            "not_started": counter(
+                "anarchon_not_started_total",
+                "Won attempts not started: the store's answer came past the self-fence "
+                "deadline or the slot's horizon, by reason.",
             ),
         }
         self.store_errors = counter(
@@ -446,6 +452,11 @@ class Telemetry:
         """A slot not claimed at all: past its horizon by the local clock."""
         self.stats["abandoned"] += 1
         self.metrics.event("abandoned", job)
+
+    def not_started(self, job: str, reason: str) -> None:
+        """A won attempt not started: its answer came too late (``fence`` or ``horizon``)."""
+        self.stats[f"not_started_{reason}"] += 1
+        self.metrics.event("not_started", job, reason)
 
     # -- runs -------------------------------------------------------------------------
     def run_started(self, job: str, lateness_s: float) -> None:

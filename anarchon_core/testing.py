@@ -6,6 +6,12 @@ helpers give them a real one without a store, a claim or a running scheduler:
 - :func:`run_once` runs one job's handler now, synchronously, and returns its result;
 - :class:`ManualClock` is a settable clock (epoch ms) for the in-memory store, so lease
   expiry and horizons can be stepped instead of slept;
+- :class:`LoopClock` is a clock (epoch ms) that follows the running event loop's time:
+  give one to the store and one (with an offset, a skewed host) to each ``Scheduler``,
+  run the loop on virtual time (``looptime.new_event_loop()``), and seconds of the
+  protocol run in milliseconds;
+- :class:`FaultyBackend` wraps any store and delays, loses or fails its replies, or
+  cuts its link (:mod:`anarchon_core.faults`);
 - the pytest plugin (loaded automatically once anarchon is installed) provides a
   ``scheduler`` fixture: a :class:`~anarchon_core.Scheduler` on a fresh in-memory store,
   with no jitter, stopped after the test.
@@ -30,10 +36,20 @@ from .backends.memory import MemoryBackend
 from .context import RunContext
 from .durations import parse_duration_ms
 from .errors import ConfigurationError
+from .faults import Faults, FaultyBackend
 from .records import Origin
 from .scheduler import Scheduler
 
-__all__ = ["ManualClock", "MemoryBackend", "RunResult", "run_once", "scheduler"]
+__all__ = [
+    "Faults",
+    "FaultyBackend",
+    "LoopClock",
+    "ManualClock",
+    "MemoryBackend",
+    "RunResult",
+    "run_once",
+    "scheduler",
+]
 
 
 class ManualClock:
@@ -55,6 +71,22 @@ class ManualClock:
 
     def set(self, ms: int) -> None:
         self.ms = ms
+
+
+class LoopClock:
+    """Epoch ms that follow the running event loop's clock: ``base_ms`` at loop time 0.
+
+    ``offset_ms`` shifts it, as a host whose clock is off. A store and several
+    schedulers given clocks with one ``base_ms`` share one timeline; on a loop with
+    virtual time (``looptime``) it moves only as the loop fast-forwards.
+    """
+
+    def __init__(self, base_ms: int, offset_ms: int = 0) -> None:
+        self.base_ms = base_ms
+        self.offset_ms = offset_ms
+
+    def __call__(self) -> int:
+        return self.base_ms + self.offset_ms + int(asyncio.get_running_loop().time() * 1000)
 
 
 @dataclass(frozen=True)

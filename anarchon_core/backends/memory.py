@@ -96,8 +96,9 @@ class MemoryBackend(Backend):
         key = (request.job, request.slot)
         run = self._runs.get(key)
         if run is not None:
-            mine = run.token == request.token and run.attempt == 1
-            return Claim(Outcome.WON if mine else Outcome.TAKEN, run.attempt if mine else 0, now)
+            if run.token == request.token and run.attempt == 1:  # an ambiguous repeat
+                return self._repeat(run, now)
+            return Claim(Outcome.TAKEN, store_now=now)
         if request.slot < now - request.horizon_ms:
             return Claim(Outcome.EXPIRED, store_now=now)
         if request.slot > now + EARLY_TOLERANCE_MS:
@@ -146,6 +147,13 @@ class MemoryBackend(Backend):
             None,
             now,
         )
+
+    @staticmethod
+    def _repeat(run: _Run, now: int) -> Claim:
+        """A repeat by the token that won: ``WON`` only while its lease is live."""
+        if run.state == Status.RUNNING and run.lease_expires > now:
+            return Claim(Outcome.WON, run.attempt, now)
+        return Claim(Outcome.LAPSED, store_now=now)
 
     def _live_run(self, job: str, now: int, *, exclude: int) -> bool:
         for slot in self._open.get(job, ()):
@@ -240,7 +248,7 @@ class MemoryBackend(Backend):
         now = self._clock()
         run = self._runs.get((request.job, request.slot))
         if run is not None and run.token == request.token and run.attempt == request.attempt + 1:
-            return Claim(Outcome.WON, run.attempt, now)  # ambiguous repeat: this token won
+            return self._repeat(run, now)  # an ambiguous repeat: this token won
         if run is None or run.attempt != request.attempt:
             return Claim(Outcome.TAKEN, store_now=now)
         expired = run.state == Status.RUNNING and run.lease_expires <= now

@@ -1,0 +1,138 @@
+"""Slow and lost store replies never let two attempts of one run execute at once.
+
+Each scenario is scripted with :class:`FaultyBackend` on the in-memory store, on
+virtual time (``tests/core/virtual.py``): the timings are exact, and a second of
+protocol costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from virtual import BASE_MS, Recorder, describe, run_virtual
+
+from anarchon_core import MemoryBackend, Scheduler, Status
+from anarchon_core.records import HistoryQuery, RunRecord
+from anarchon_core.testing import Faults, FaultyBackend, LoopClock
+
+SLOT = BASE_MS + 10_000  # the first slot of every("10s") for a scheduler started at 0
+LEASE = {"heartbeat_ms": 100, "lease_ms": 300, "jitter_ms": 0}
+
+
+async def history(store: MemoryBackend) -> list[tuple[int, str, str | None]]:
+    records: list[RunRecord] = await store.history(HistoryQuery(limit=100))
+    return sorted((r.attempt, str(r.status), r.instance_id) for r in records)
+
+
+def scheduler(store: MemoryBackend | FaultyBackend, name: str, recorder: Recorder) -> Scheduler:
+    s = Scheduler(store, instance_id=name, clock=LoopClock(BASE_MS), **LEASE)  # type: ignore[arg-type]
+    s.every("job", "10s")(recorder.handler(1000))
+    return s
+
+
+def two_instances(
+    script: str,
+) -> tuple[Recorder, list[tuple[int, str, str | None]], Counter[str], FaultyBackend]:
+    """A (behind ``script``'s faults) claims the slot; B starts 250 ms after it and
+    backs A up. Returns what ran, the history, A's counters and A's link."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=LoopClock(BASE_MS))
+    link = FaultyBackend(store, reply_timeout_ms=20 if script == "lost reply" else 50)
+
+    async def main() -> tuple[list[tuple[int, str, str | None]], Counter[str]]:
+        a = scheduler(link, "a", recorder)
+        b = scheduler(store, "b", recorder)
+        await a.start()
+        await asyncio.sleep((SLOT - BASE_MS) / 1000 - 0.01)
+        if script == "slow reply":
+            link.once("claim", delay_ms=600)
+        elif script == "lost reply":
+            link.once("claim", lose=True)
+        await asyncio.sleep(0.26)
+        await b.start()
+        await asyncio.sleep(2.0)
+        await a.stop()
+        await b.stop()
+        return await history(store), Counter(a.stats)
+
+    found, stats = run_virtual(main)
+    return recorder, found, stats, link
+
+
+def test_a_claim_answered_past_its_fence_deadline_starts_nothing() -> None:
+    """The store commits A's claim and answers 600 ms later, after B took the run over
+    (lease 300 ms): A must not start attempt 1 beside B's attempt 2."""
+    recorder, found, stats, link = two_instances("slow reply")
+    assert link.injected["claim:delayed"] == 1
+    assert not recorder.overlapping(), describe(recorder.overlapping())
+    ran = [(run.attempt, run.instance) for run in recorder.executions if run.slot == SLOT]
+    assert len(ran) == 1 and ran[0][0] == 2  # a backup's (B's, or A's own sweep's)
+    assert found == [(1, "interrupted", "a"), (2, "success", ran[0][1])]
+    assert stats["not_started_fence"] == 1
+
+
+def test_a_claim_retried_after_its_lease_expired_is_lapsed_and_starts_nothing() -> None:
+    """A's claim commits, its reply is lost and the link stays down past the lease's
+    expiry (300 ms): the retry with the same token is answered LAPSED and starts
+    nothing; a backup runs attempt 2. (A's sweep is kept failing, so that its own
+    takeover cannot overtake the retry.)"""
+    recorder = Recorder()
+    store = MemoryBackend(clock=LoopClock(BASE_MS))
+    link = FaultyBackend(store, {"sweep": Faults(fail=1.0)}, reply_timeout_ms=120)
+
+    async def main() -> tuple[list[tuple[int, str, str | None]], Counter[str]]:
+        a = scheduler(link, "a", recorder)
+        b = scheduler(store, "b", recorder)
+        await a.start()
+        await asyncio.sleep((SLOT - BASE_MS) / 1000 - 0.01)
+        link.once("claim", lose=True)  # applied at the slot, "answered" at +120 ms
+        asyncio.get_running_loop().call_later(0.02, link.cut, 330)  # the retry at +170 too
+        await asyncio.sleep(0.45)  # the retry at +390 ms finds the lease lapsed
+        await b.start()
+        await asyncio.sleep(2.0)
+        await a.stop()
+        await b.stop()
+        return await history(store), Counter(a.stats)
+
+    found, stats = run_virtual(main)
+    assert link.injected["claim:lost"] == 1 and link.injected["claim:cut"] == 1
+    assert stats["claim_lapsed"] == 1, stats
+    ran = [(run.attempt, run.instance) for run in recorder.executions if run.slot == SLOT]
+    assert ran == [(2, "b")]
+    assert found == [(1, "interrupted", "a"), (2, "success", "b")]
+
+
+def test_a_retry_answered_won_after_the_first_sends_fence_deadline_starts_nothing() -> None:
+    """The lost reply's retry lands while the lease still lives (the store answers
+    WON), but later than the self-fence window after the first send: counted from the
+    retry, A would run into B's takeover."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=LoopClock(BASE_MS))
+    link = FaultyBackend(store, reply_timeout_ms=180)
+
+    async def main() -> Counter[str]:
+        a = scheduler(link, "a", recorder)
+        await a.start()
+        await asyncio.sleep((SLOT - BASE_MS) / 1000 - 0.01)
+        link.once("claim", lose=True)  # answered at +180 ms, retried at +230 ms
+        await asyncio.sleep(1.0)
+        await a.stop()
+        return Counter(a.stats)
+
+    stats = run_virtual(main)
+    assert stats["claim_won"] == 1
+    assert stats["not_started_fence"] == 1
+    ran = [(run.attempt, run.instance) for run in recorder.executions if run.slot == SLOT]
+    assert ran == [(2, "a")]  # its own sweep took the lapsed attempt over
+
+
+def test_a_lost_reply_retried_in_time_runs_the_attempt() -> None:
+    """A lost reply retried well within the window (answered 70 ms after the first
+    send, with 130 ms left) runs attempt 1 normally."""
+    recorder, found, stats, link = two_instances("lost reply")
+    assert link.injected["claim:lost"] == 1
+    ran = [(run.attempt, run.instance) for run in recorder.executions if run.slot == SLOT]
+    assert ran == [(1, "a")]
+    assert found == [(1, str(Status.SUCCESS), "a")]
+    assert stats["claim_won"] == 1
