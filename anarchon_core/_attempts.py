@@ -75,7 +75,8 @@ class Attempts:
         ``sent`` is when (the loop's clock) the winning claim or takeover was first
         sent: the store started the lease no earlier, so self-fencing counts from there.
         An answer that arrives once that deadline has passed, or once the slot's
-        horizon (``horizon_end``, epoch ms) has passed by the local clock, starts
+        horizon (``horizon_end``: epoch ms on the local clock, moved by the measured
+        skew so that a clock ahead of the store's refuses nothing) has passed, starts
         nothing (``None``): a backup may already run the attempt after it, and a slot
         is never run late. The run stays ``running`` in the store until its lease
         expires; then a backup takes it over or ends it ``interrupted`` (its handler

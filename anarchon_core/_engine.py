@@ -229,6 +229,10 @@ class Engine:
     def now(self) -> int:
         return self.config.clock()
 
+    def _local(self, store_ms: int) -> int:
+        """A time of the store's clock on the local clock, by the last measured skew."""
+        return store_ms - self.skew_ms
+
     def _observe_skew(self, sample: int) -> None:
         """Keep the latest skew (store − local); log it at first and when it moves by 1 s."""
         if self._logged_skew is None or abs(sample - self._logged_skew) >= SKEW_LOG_STEP_MS:
@@ -359,7 +363,7 @@ class Engine:
         if claim.outcome == Outcome.WON:
             lease = Lease(job.store_name, slot, claim.attempt, token)
             return self.attempts.start(
-                job, lease, origin, jitter, sent=sent, horizon_end=slot + horizon
+                job, lease, origin, jitter, sent=sent, horizon_end=self._local(slot + horizon)
             )
         if claim.outcome in (Outcome.SKIPPED, Outcome.PAUSED):
             self.log.info(job, slot, None, "slot %s", claim.outcome)
@@ -441,7 +445,7 @@ class Engine:
         if claim.outcome == Outcome.WON:
             self.log.info(job, run.slot, claim.attempt, "took over the run (%s)", run.reason)
             lease = Lease(run.job, run.slot, claim.attempt, token)
-            end = run.slot + horizon
+            end = self._local(run.slot + horizon)
             self.attempts.start(job, lease, run.origin, 0, sent=sent, horizon_end=end)
         elif claim.outcome == Outcome.LAPSED:
             self.log.warn(

@@ -136,3 +136,4 @@ def test_a_lost_reply_retried_in_time_runs_the_attempt() -> None:
     assert ran == [(1, "a")]
     assert found == [(1, str(Status.SUCCESS), "a")]
     assert stats["claim_won"] == 1
+
