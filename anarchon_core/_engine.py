@@ -27,7 +27,16 @@ from typing import Any, TypeVar
 from ._alarm import Alarm
 from ._attempts import Attempts
 from ._support import EngineConfig, EngineLog, retry_store
-from .backend import Backend, Claim, ClaimRequest, DueRun, InstanceInfo, Lease, TakeoverRequest
+from .backend import (
+    EARLY_TOLERANCE_MS,
+    Backend,
+    Claim,
+    ClaimRequest,
+    DueRun,
+    InstanceInfo,
+    Lease,
+    TakeoverRequest,
+)
 from .errors import BackendUnavailable, CapabilityError
 from .job import MAX_CATCH_UP_SLOTS, MAX_MISFIRE_GRACE_MS, Job
 from .operations import fingerprint_mismatches
@@ -234,9 +243,25 @@ class Engine:
         return store_ms - self.skew_ms
 
     def _observe_skew(self, sample: int) -> None:
-        """Keep the latest skew (store − local); log it at first and when it moves by 1 s."""
+        """Keep the latest skew (store − local); log it at first and when it moves by 1 s.
+
+        Past :data:`EARLY_TOLERANCE_MS` it is a warning: a clock that far ahead has its
+        claims refused as early (and sent again at the slot), and one that far behind
+        claims late, up to missing slots whose horizon is shorter than the skew.
+        """
         if self._logged_skew is None or abs(sample - self._logged_skew) >= SKEW_LOG_STEP_MS:
-            self.log.info(None, None, None, "store clock skew %+d ms (store − local)", sample)
+            if abs(sample) > EARLY_TOLERANCE_MS:
+                self.log.warn(
+                    None,
+                    None,
+                    None,
+                    "store clock skew %+d ms (store − local) is over %d ms: fix this host's "
+                    "clock (NTP); its claims are early or late by that much",
+                    sample,
+                    EARLY_TOLERANCE_MS,
+                )
+            else:
+                self.log.info(None, None, None, "store clock skew %+d ms (store − local)", sample)
             self._logged_skew = sample
         self.skew_ms = sample
         self.telemetry.skew(sample)

@@ -8,8 +8,10 @@ protocol costs milliseconds.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 
+import pytest
 from virtual import BASE_MS, Recorder, describe, run_virtual
 
 from anarchon_core import MemoryBackend, Scheduler, Status
@@ -137,3 +139,24 @@ def test_a_lost_reply_retried_in_time_runs_the_attempt() -> None:
     assert found == [(1, str(Status.SUCCESS), "a")]
     assert stats["claim_won"] == 1
 
+
+def test_a_host_clock_off_by_more_than_the_early_tolerance_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryBackend(clock=LoopClock(BASE_MS))
+
+    async def main(offset: int) -> None:
+        a = Scheduler(store, instance_id=f"a{offset}", clock=LoopClock(BASE_MS, offset), **LEASE)  # type: ignore[arg-type]
+        a.every("job", "1s")(Recorder().handler(10))
+        await a.start()
+        await asyncio.sleep(3.0)
+        await a.stop()
+
+    for offset, warned in ((-1500, True), (1500, True), (400, False)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="anarchon"):
+            run_virtual(lambda offset=offset: main(offset))  # type: ignore[misc]
+        skews = [r for r in caplog.records if "store clock skew" in r.getMessage()]
+        assert skews, offset
+        assert f"{-offset:+d} ms" in skews[0].getMessage()
+        assert (skews[0].levelno == logging.WARNING) == warned, skews[0].getMessage()
