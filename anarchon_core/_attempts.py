@@ -68,25 +68,34 @@ class Attempts:
         self._fence_timer: asyncio.TimerHandle | None = None
 
     def start(
-        self, job: Job, lease: Lease, origin: Origin, jitter: int, *, sent: float, horizon_end: int
+        self,
+        job: Job,
+        lease: Lease,
+        origin: Origin,
+        jitter: int,
+        *,
+        sent: float,
+        horizon_end: int,
+        store_now: int | None,
     ) -> asyncio.Task[Any] | None:
         """Run a won attempt in a task of its own and return that task.
 
         ``sent`` is when (the loop's clock) the winning claim or takeover was first
         sent: the store started the lease no earlier, so self-fencing counts from there.
         An answer that arrives once that deadline has passed, or once the slot's
-        horizon (``horizon_end``: epoch ms on the local clock, moved by the measured
-        skew so that a clock ahead of the store's refuses nothing) has passed, starts
-        nothing (``None``): a backup may already run the attempt after it, and a slot
-        is never run late. The run stays ``running`` in the store until its lease
-        expires; then a backup takes it over or ends it ``interrupted`` (its handler
-        never ran).
+        horizon (``horizon_end``, epoch ms) has passed, starts nothing (``None``): a
+        backup may already run the attempt after it, and a slot is never run late. The
+        horizon is judged by ``store_now``, the store's clock now at the latest (its
+        time in the answer plus the round trip), so that no clock skew enters; by the
+        local clock where the store gave no time. The run stays ``running`` in the store
+        until its lease expires; then a backup takes it over or ends it ``interrupted``
+        (its handler never ran).
         """
         ctx = self._context(job, lease, lease.attempt, origin)
         ctx.jitter_ms = jitter
         attempt = Attempt(job, lease, ctx, last_ack=sent)
         if self._lease:
-            reason = self._too_late(attempt, horizon_end)
+            reason = self._too_late(attempt, horizon_end, store_now)
             if reason is not None:
                 self.telemetry.not_started(job.store_name, reason)
                 self.log.warn(
@@ -106,11 +115,11 @@ class Attempts:
         task.add_done_callback(self.tasks.discard)
         return task
 
-    def _too_late(self, attempt: Attempt, horizon_end: int) -> str | None:
+    def _too_late(self, attempt: Attempt, horizon_end: int, store_now: int | None) -> str | None:
         """Why a won attempt may not start now (``fence`` or ``horizon``), or ``None``."""
         if asyncio.get_running_loop().time() >= attempt.last_ack + self._fence_window_s:
             return "fence"
-        if self.config.clock() > horizon_end:
+        if (self.config.clock() if store_now is None else store_now) > horizon_end:
             return "horizon"
         return None
 

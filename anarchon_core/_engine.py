@@ -1,7 +1,8 @@
 """The asyncio engine: slot loops, claims, catch-up, takeovers, pruning, stop.
 
 One :class:`Engine` lives between ``Scheduler.start()`` and ``stop()``. It runs one
-task per job that sleeps to each slot (plus jitter) and claims it, one task that
+task per job that sleeps to each slot (plus jitter) and sends its claim in a task of its
+own (a claim retried through an outage must not hold up the next slots), one task that
 sweeps the store for runs to continue (expired leases and due retries: the *backup*
 role of SPEC §4.6, batched for all jobs), and one that prunes history. Won attempts
 are handed to :class:`~anarchon_core._attempts.Attempts`, which runs them and keeps
@@ -238,10 +239,6 @@ class Engine:
     def now(self) -> int:
         return self.config.clock()
 
-    def _local(self, store_ms: int) -> int:
-        """A time of the store's clock on the local clock, by the last measured skew."""
-        return store_ms - self.skew_ms
-
     def _observe_skew(self, sample: int) -> None:
         """Keep the latest skew (store − local); log it at first and when it moves by 1 s.
 
@@ -290,8 +287,8 @@ class Engine:
             if self.now() > slot + horizon + HORIZON_MARGIN_MS:
                 self.telemetry.abandoned(job.store_name)
                 self.log.warn(job, slot, None, "slot abandoned: past its horizon of %d ms", horizon)
-            else:
-                await self._claim(job, slot, Origin.SCHEDULE, horizon, jitter)
+            else:  # a slow or retried claim must not hold up the job's next slots
+                self._spawn(self._claim(job, slot, Origin.SCHEDULE, horizon, jitter))
             previous, slot = slot, job.schedule.next_slot(slot)
 
     async def _catch_up(self, job: Job) -> None:
@@ -388,7 +385,13 @@ class Engine:
         if claim.outcome == Outcome.WON:
             lease = Lease(job.store_name, slot, claim.attempt, token)
             return self.attempts.start(
-                job, lease, origin, jitter, sent=sent, horizon_end=self._local(slot + horizon)
+                job,
+                lease,
+                origin,
+                jitter,
+                sent=sent,
+                horizon_end=slot + horizon,
+                store_now=_store_now_at_most(claim, latency),
             )
         if claim.outcome in (Outcome.SKIPPED, Outcome.PAUSED):
             self.log.info(job, slot, None, "slot %s", claim.outcome)
@@ -457,7 +460,7 @@ class Engine:
         # Repeated with the same token after an ambiguous failure, it answers WON again
         # while the lease it started is live (LAPSED after).
         answer = await self._retry(
-            lambda: self.backend.take_over(request),
+            lambda: _timed(self.backend.take_over(request)),
             what="takeover",
             deadline=run.slot + horizon,
             job=job,
@@ -465,13 +468,20 @@ class Engine:
         )
         if answer is None:
             return
-        claim = answer
+        claim, latency = answer
         self.telemetry.takeover(run.job, claim.outcome)
         if claim.outcome == Outcome.WON:
             self.log.info(job, run.slot, claim.attempt, "took over the run (%s)", run.reason)
             lease = Lease(run.job, run.slot, claim.attempt, token)
-            end = self._local(run.slot + horizon)
-            self.attempts.start(job, lease, run.origin, 0, sent=sent, horizon_end=end)
+            self.attempts.start(
+                job,
+                lease,
+                run.origin,
+                0,
+                sent=sent,
+                horizon_end=run.slot + horizon,
+                store_now=_store_now_at_most(claim, latency),
+            )
         elif claim.outcome == Outcome.LAPSED:
             self.log.warn(
                 job, run.slot, run.attempt + 1, "not started: the takeover's lease lapsed first"
@@ -573,6 +583,22 @@ class Engine:
             job=job,
             slot=slot,
         )
+
+
+async def _timed(call: Awaitable[T]) -> tuple[T, float]:
+    """``call``'s answer and how long it took (loop time, seconds)."""
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    answer = await call
+    return answer, loop.time() - sent
+
+
+def _store_now_at_most(claim: Claim, latency: float | None) -> int | None:
+    """The store's clock now, at the latest: the answer was decided at ``store_now``,
+    within the round trip just measured (``None`` where the store gives no time)."""
+    if claim.store_now is None:
+        return None
+    return claim.store_now + round((latency or 0.0) * 1000)
 
 
 def latest_slots(schedule: Schedule, start: int, end: int) -> list[int]:

@@ -12,8 +12,8 @@ with every instance up and every link healthy; then everything stops.
 - two attempts of one run executing at once (``concurrent``), apart from those where
   the earlier attempt had been told to stop and ignored it (``ignored_fence``, allowed:
   a handler deaf to cancellation outlives its lease);
-- a handler started after its slot's horizon (``late``), judged by the true time
-  within the starting instance's own clock offset (the engine sees only that clock);
+- a handler started after its slot's horizon (``late``), by the store's (true) time,
+  whatever the starting instance's own clock says;
 - a slot of the calm stretch with no run (``missed``);
 - history that disagrees with what ran (``untrue``): ``success`` for an attempt whose
   handler did not complete, an attempt that ran with no record, a run left
@@ -93,7 +93,6 @@ def simulate(seed: int) -> Report:
     random.seed(seed)  # the engines' jitter and sweep pacing
     recorder = Recorder()
     store = MemoryBackend(clock=recorder.clock)
-    offsets: dict[str, int] = {}
     storm = Faults(
         delay=rng.uniform(0.02, 0.15),
         max_delay_ms=2 * LEASE_MS,
@@ -118,7 +117,6 @@ def simulate(seed: int) -> Report:
         )
         for job, every, work, deaf in JOBS:
             scheduler.every(job, f"{every}ms")(recorder.handler(work, ignores_cancel=deaf))
-        offsets[name] = offset
         return Instance(name, offset, link, scheduler)
 
     async def main() -> list[RunRecord]:
@@ -160,13 +158,11 @@ def simulate(seed: int) -> Report:
         return await store.history(HistoryQuery(limit=100_000))
 
     records = run_virtual(main)
-    _judge(report, recorder, records, offsets)
+    _judge(report, recorder, records)
     return report
 
 
-def _judge(
-    report: Report, recorder: Recorder, records: list[RunRecord], offsets: dict[str, int]
-) -> None:
+def _judge(report: Report, recorder: Recorder, records: list[RunRecord]) -> None:
     runs = report.runs = recorder.executions
     report.executions = len(runs)
     report.takeovers = sum(1 for r in records if r.attempt >= 2)
@@ -178,7 +174,7 @@ def _judge(
             report.concurrent.append((first, second))
     intervals = {job: every for job, every, _, _ in JOBS}
     for run in runs:
-        if run.start > run.slot + intervals[run.job] + abs(offsets[run.instance]):
+        if run.start > run.slot + intervals[run.job]:
             report.late.append(run)
     by_attempt = {(r.job, r.slot, r.attempt): r for r in records}
     ran = {(run.job, run.slot, run.attempt): run for run in runs}
