@@ -350,12 +350,14 @@ class Engine:
 
         A lost reply is retried with the same token, and the attempt's self-fence
         deadline counts from the first send: the store may have started the lease then.
-        An answer ``EARLY`` wrote nothing, so the claim sent again at the slot is a new
-        one, with a new token (a late copy of the first can then never pass for it).
+        On a lease store an answer ``EARLY`` wrote nothing, so the claim sent again at the
+        slot is a new one, with a new token (a late copy of the first can then never pass
+        for it and its lease). A claim-only store may keep an early claim (a stream
+        entry) and recognise the same token at the slot.
         """
         loop = asyncio.get_running_loop()
+        token = secrets.token_hex(16)
         while True:
-            token = secrets.token_hex(16)
             request = ClaimRequest(
                 job=job.store_name,
                 slot=slot,
@@ -381,6 +383,8 @@ class Engine:
             self.telemetry.claim(job.store_name, claim.outcome, latency)
             if claim.outcome != Outcome.EARLY:
                 break
+            if self._lease:
+                token = secrets.token_hex(16)
             await asyncio.sleep(max(slot - (claim.store_now or slot), 10) / 1000)
         if claim.outcome == Outcome.WON:
             lease = Lease(job.store_name, slot, claim.attempt, token)

@@ -6,8 +6,8 @@ on, issued directly with **the same client** (the backend's own connection pool)
 * ``lease``  (Lua claim script: run record + lease key with a TTL, overlap check)
   vs ``raw SET NX PX`` on a key per run;
 * ``script`` (claim-only Lua script: the run record) vs ``raw SET NX PX``;
-* ``stream-id`` (``TIME`` + ``XADD <slot>-0`` in one round trip) vs ``raw XADD
-  <slot>-0`` with the same fields;
+* ``stream-id`` (``TIME`` + ``XADD <slot>-0`` + ``XRANGE`` of the slot in one round
+  trip) vs ``raw XADD <slot>-0`` with the same fields;
 * ``idmp`` (``XADD … IDMP``, Redis >= 8.6 only) vs ``raw XADD IDMP``; on an older
   server this pair is skipped with the server's version.
 

@@ -9,6 +9,7 @@ and ``_rows`` (one statement, its rows); every decision here is one statement.
 from __future__ import annotations
 
 import json
+import secrets
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -102,7 +103,8 @@ class PostgresContract(Backend):
 
     async def release(self, lease: Lease) -> bool:
         params = {"job": lease.job, "slot": lease.slot, "attempt": lease.attempt}
-        (released,) = await self._row(self.sql.release, {**params, "token": lease.token})
+        params |= {"token": lease.token, "revoked": _revoked_token("released")}
+        (released,) = await self._row(self.sql.release, params)
         return bool(released)
 
     async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
@@ -178,7 +180,8 @@ class PostgresContract(Backend):
         return int((await self._row(self.sql.trigger, (job, _text(requested_by))))[0])
 
     async def cancel(self, job: str, slot: int) -> bool:
-        (cancelled,) = await self._row(self.sql.cancel, {"job": job, "slot": slot})
+        params = {"job": job, "slot": slot, "revoked": _revoked_token("cancelled")}
+        (cancelled,) = await self._row(self.sql.cancel, params)
         return bool(cancelled)
 
     async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
@@ -228,6 +231,17 @@ def finish_verdict(row: Sequence[Any], status: Status) -> bool:
     """True if ``Statements.finish`` recorded the outcome, or it repeated a recorded one."""
     finished, held, recorded = row
     return bool(finished) or (bool(held) and recorded == str(status))
+
+
+def _revoked_token(how: str) -> str:
+    """The token a release or cancel puts in place of the runner's: this call's own.
+
+    Nobody holds it (a runner's token never has this form), so it fences the runner as
+    well as no token would; and a statement re-sent after its connection died once it
+    had committed (the store re-sends once on a fresh connection) recognises its own
+    write by it, where another call finds a token that is not its own.
+    """
+    return f"{how}:{secrets.token_hex(12)}"
 
 
 def _text(value: str | None) -> str | None:

@@ -83,17 +83,20 @@ DUE_REASONS: dict[str, Literal["expired", "retry", "manual"]] = {
     "pending": "manual",
 }
 
-# One statement. Forgetting the token fences the runner (heartbeat, finish and release
-# match it); the state keeps the sweep and takeovers away. The record: a pending
-# request gets an attempt-0 ``cancelled`` one (who asked for it as its instance); the
-# attempt in flight ends ``cancelled``; an attempt that already ended (a failure
-# waiting for its retry, a released run) keeps its status. An upsert rather than an
-# UPDATE: when this statement waited for a takeover that committed meanwhile, the new
-# attempt's record is not in its snapshot, but ON CONFLICT still finds and updates it.
+# One statement. Replacing the token fences the runner (heartbeat, finish and release
+# match it); the state keeps the sweep and takeovers away. The new token is this call's
+# own (``revoked``, held by nobody): a re-send of this very statement, after its
+# connection died once it had committed, finds it and answers True; another cancel of
+# the ended run answers False. The record: a pending request gets an attempt-0
+# ``cancelled`` one (who asked for it as its instance); the attempt in flight ends
+# ``cancelled``; an attempt that already ended (a failure waiting for its retry, a
+# released run) keeps its status. An upsert rather than an UPDATE: when this statement
+# waited for a takeover that committed meanwhile, the new attempt's record is not in its
+# snapshot, but ON CONFLICT still finds and updates it.
 CANCEL = """
 WITH t AS (SELECT {now} AS now),
 run AS (
-    UPDATE {runs} r SET state = 'cancelled', token = NULL, lease_expires = 0
+    UPDATE {runs} r SET state = 'cancelled', token = %(revoked)s, lease_expires = 0
     WHERE r.job = %(job)s AND r.slot = %(slot)s::bigint
       AND r.state IN ('{pending}', 'running', '{waiting}')
     RETURNING r.attempt, r.origin, r.requested_by
@@ -109,7 +112,9 @@ rec AS (
         WHERE a.status = 'running'
     RETURNING 1
 )
-SELECT count(*) FROM run
+SELECT EXISTS (SELECT 1 FROM run)
+    OR EXISTS (SELECT 1 FROM {runs} r WHERE r.job = %(job)s AND r.slot = %(slot)s::bigint
+               AND r.state = 'cancelled' AND r.token = %(revoked)s)
 """
 
 SET_PAUSED = """

@@ -142,12 +142,15 @@ CREATE OR REPLACE FUNCTION {claim}(
 ) LANGUAGE plpgsql AS $anarchon$
 DECLARE
     v_mine boolean;
+    v_live boolean;
     v_status text;
 BEGIN
     o_attempt := 0;
     o_store_now := {now};
     -- The lose path: the run is recorded. One primary-key probe; no lock, no write.
-    SELECT r.token = p_token AND r.attempt = 1 INTO v_mine
+    SELECT r.token = p_token AND r.attempt = 1,
+           r.state = 'running' AND r.lease_expires > o_store_now
+    INTO v_mine, v_live
     FROM {runs} r WHERE r.job = p_job AND r.slot = p_slot;
     IF NOT FOUND THEN
         IF p_slot < o_store_now - p_horizon_ms THEN o_outcome := 'expired'; RETURN; END IF;
@@ -195,14 +198,20 @@ BEGIN
             o_outcome := CASE v_status WHEN 'running' THEN 'won' ELSE v_status END;
             RETURN;
         END IF;
-        -- Another claim of this run committed first.
-        SELECT r.token = p_token AND r.attempt = 1 INTO v_mine
+        -- Another claim of this run committed first (the insert waited for it).
+        o_store_now := {now};
+        SELECT r.token = p_token AND r.attempt = 1,
+               r.state = 'running' AND r.lease_expires > o_store_now
+        INTO v_mine, v_live
         FROM {runs} r WHERE r.job = p_job AND r.slot = p_slot;
     END IF;
-    IF v_mine THEN  -- a repeat by the token that won (after an ambiguous failure)
+    o_attempt := 0;  -- INTO above cleared it
+    IF v_mine IS NOT TRUE THEN
+        o_outcome := 'taken';
+    ELSIF v_live THEN  -- a repeat by the token that won (after an ambiguous failure)
         o_outcome := 'won'; o_attempt := 1;
-    ELSE
-        o_outcome := 'taken'; o_attempt := 0;  -- INTO above cleared it
+    ELSE  -- ... whose lease has expired since: it must not start, and nothing is written
+        o_outcome := 'lapsed';
     END IF;
 END
 $anarchon$
@@ -220,6 +229,7 @@ DECLARE
     v_origin text;
     v_state text;
     v_requested_by text;
+    v_live boolean;
 BEGIN
     o_attempt := 0;
     o_store_now := {now};
@@ -235,12 +245,19 @@ BEGIN
         OR r.state = '{pending}')
     FOR UPDATE;
     IF NOT FOUND THEN
-        -- A repeat of a call this token won (after an ambiguous failure) wins again.
-        IF EXISTS (SELECT 1 FROM {runs} r WHERE r.job = p_job AND r.slot = p_slot
-                   AND r.token = p_token AND r.attempt = p_attempt + 1) THEN
+        -- A repeat of a call this token won (after an ambiguous failure) wins again
+        -- while the attempt it started holds a live lease; once that lease has expired
+        -- it is 'lapsed' (nothing written). The lock above may have waited: now again.
+        o_store_now := {now};
+        SELECT r.state = 'running' AND r.lease_expires > o_store_now INTO v_live
+        FROM {runs} r WHERE r.job = p_job AND r.slot = p_slot
+          AND r.token = p_token AND r.attempt = p_attempt + 1;
+        IF NOT FOUND THEN
+            o_outcome := 'taken';
+        ELSIF v_live THEN
             o_outcome := 'won'; o_attempt := p_attempt + 1;
         ELSE
-            o_outcome := 'taken';
+            o_outcome := 'lapsed';
         END IF;
         RETURN;
     END IF;
@@ -334,11 +351,15 @@ SELECT EXISTS (SELECT 1 FROM run),
         AND a.attempt = %(attempt)s)
 """
 
-# Forgetting the token fences the runner; the lease expires now, so a backup's next
-# sweep takes attempt + 1 at once.
+# Replacing the runner's token fences it; the lease expires now, so a backup's next
+# sweep takes attempt + 1 at once. The new token is this call's own (see ``revoked``),
+# held by nobody: a re-send of this very statement, after its connection died once it
+# had committed, finds it and answers True; any other call (the same lease released
+# again included) answers False. The last EXISTS reads the snapshot from before the
+# UPDATE, so on the first send it sees the runner's token and adds nothing.
 _RELEASE = """
 WITH run AS (
-    UPDATE {runs} r SET lease_expires = {now}, token = NULL
+    UPDATE {runs} r SET lease_expires = {now}, token = %(revoked)s
     WHERE r.job = %(job)s AND r.slot = %(slot)s AND r.attempt = %(attempt)s
       AND r.token = %(token)s AND r.state = 'running'
     RETURNING r.lease_expires AS now
@@ -350,7 +371,9 @@ rec AS (
     WHERE a.job = %(job)s AND a.slot = %(slot)s AND a.attempt = %(attempt)s
     RETURNING 1
 )
-SELECT count(*) FROM run
+SELECT EXISTS (SELECT 1 FROM run)
+    OR EXISTS (SELECT 1 FROM {runs} r WHERE r.job = %(job)s AND r.slot = %(slot)s
+               AND r.attempt = %(attempt)s AND r.token = %(revoked)s)
 """
 
 _LAST_SCHEDULED_SLOT = """

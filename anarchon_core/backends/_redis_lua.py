@@ -103,6 +103,14 @@ local function interrupt(run, n, now, why)
   end
 end
 
+-- A repeat by the token that won attempt n (after an ambiguous failure): 'won' again
+-- only while that attempt's lease is live (the lease key exists and holds the token),
+-- else 'lapsed': it must not start, and nothing is written.
+local function repeat_of(state, lease, token, n, now)
+  if state == 'running' and redis.call('GET', lease) == token then return {{'won', n, now}} end
+  return {{'lapsed', 0, now}}
+end
+
 -- A slot that ran nothing (paused, skipped): recorded once, attempt 0.
 local function nothing_ran(run, status, origin, instance, fp, now)
   redis.call('HSET', run, 'origin', origin, 'state', status, 'attempt', '0', 'token', '',
@@ -124,9 +132,9 @@ CLAIM_LEASE = _script(
 local run, lease, job, open, slots = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local slot, token, instance, origin, fp = ARGV[1], ARGV[2], ARGV[3], ARGV[7], ARGV[8]
 local now = now_ms()
-local held = redis.call('HMGET', run, 'token', 'attempt')
+local held = redis.call('HMGET', run, 'token', 'attempt', 'state')
 if held[2] then
-  if held[1] == token and held[2] == '1' then return {'won', 1, now} end
+  if held[1] == token and held[2] == '1' then return repeat_of(held[3], lease, token, 1, now) end
   return {'taken', 0, now}
 end
 local s = tonumber(slot)
@@ -249,7 +257,7 @@ local now = now_ms()
 local r = redis.call('HMGET', run, 'token', 'attempt', 'state', 'retry_at', 'requested_by')
 if not r[2] then return {'taken', 0, now} end
 local attempt, req = tonumber(r[2]), tonumber(ARGV[2])
-if r[1] == token and attempt == req + 1 then return {'won', attempt, now} end
+if r[1] == token and attempt == req + 1 then return repeat_of(r[3], lease, token, attempt, now) end
 if attempt ~= req then return {'taken', 0, now} end
 local expired = r[3] == 'running' and redis.call('EXISTS', lease) == 0
 local retry_due = r[3] == 'waiting' and (tonumber(r[4]) or 0) <= now

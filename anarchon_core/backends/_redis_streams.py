@@ -8,14 +8,20 @@ so the outcome is not written).
 A plain ``XADD`` cannot look at a clock, so the claim horizon and early claims are
 judged against the store's clock as estimated from ``TIME`` replies before the write,
 and against the ``TIME`` sent in the same round trip after it: an entry that turns out
-early is kept (it is ours; the engine repeats the claim at the right time and the
-repeat recognises its token), one that turns out past its horizon is deleted.
+early is kept (it is ours; the engine repeats the claim at the right time with the same
+token, and the repeat recognises it), one that turns out past its horizon is deleted.
 
 A claim is repeated with the same token after a lost reply (the connection dropped
 after sending) or an early answer. The backend remembers the tokens it sent recently,
 and a repeat also reads the slot's entry, in the same round trip, to tell "mine" from
-"taken". The driver never resends on its own, so no path can mistake its own earlier
-write for a rival's.
+"taken" (``stream-id`` reads it with every claim: see below). The driver never resends
+on its own, so no path can mistake its own earlier write for a rival's.
+
+A ``stream-id`` stream refuses every id up to its top entry, so a slot older than one
+already claimed can never be claimed. When the slot's own entry does not exist either,
+nobody runs that slot: the claim is answered ``expired``, as one past its horizon
+(the engine logs the slot as abandoned and counts ``claims_total{outcome="expired"}``),
+not ``taken``, which would say another instance runs it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,11 @@ IDMP_PRODUCER = "anarchon"
 IDMP_DURATION_S = 86_400
 IDMP_MAX_SIZE = 10_000
 _MAX_SENT = 1024  # tokens remembered for repeats
+#: What ``_add`` gives for a slot that has no entry and can never have one: a
+#: ``stream-id`` claim of a slot older than the stream's top entry, whose own entry does
+#: not exist. Nobody runs that slot: it is answered ``expired``, as a slot past its
+#: horizon is (logged as abandoned, counted as ``claims_total{outcome="expired"}``).
+ABANDONED = "abandoned"
 
 
 def idmp_xadd_command(key: str, slot: int, fields: Mapping[str, str]) -> list[str]:
@@ -84,7 +95,12 @@ class _StreamBackend(RedisBackend):
         while len(self._sent) > _MAX_SENT:
             del self._sent[next(iter(self._sent))]
         entry, now = await self._add(request, repeat)
-        verdict = _judge(request, now) if entry is not None else Outcome.TAKEN
+        if entry is None:
+            verdict = Outcome.TAKEN
+        elif entry == ABANDONED:  # never claimable: reported as a slot past its horizon
+            verdict, entry = Outcome.EXPIRED, None
+        else:
+            verdict = _judge(request, now)
         if verdict == Outcome.EXPIRED and entry is not None:
             with self._errors():  # written past its horizon: nobody runs it, not even us
                 await command(self.client, "XDEL", self._key(request.job, "stream"), entry)
@@ -93,7 +109,11 @@ class _StreamBackend(RedisBackend):
         return Claim(Outcome.WON, 1, now)
 
     async def _add(self, request: ClaimRequest, repeat: bool) -> tuple[str | None, int]:
-        """Write the claim; ``(entry id if it is ours, store now)``."""
+        """Write the claim; ``(entry id if it is ours, store now)``.
+
+        The entry id is :data:`ABANDONED` when the slot has no entry and can never have
+        one (``stream-id``: a newer slot of the job is claimed already).
+        """
         raise NotImplementedError
 
     def _fields(self, request: ClaimRequest, claimed: int) -> dict[str, str]:
@@ -165,8 +185,10 @@ class RedisStreamIdBackend(_StreamBackend):
     """``strategy=stream-id``: ``XADD`` with the slot as the explicit entry id ``<slot>-0``.
 
     The stream refuses an id equal to or older than its top entry, so exactly one add
-    per slot succeeds, and a slot older than one already claimed can never be claimed.
-    Trimming keeps that top id, so prune cannot reopen a slot.
+    per slot succeeds, and a slot older than one already claimed can never be claimed:
+    such a slot without an entry of its own is abandoned (answered ``expired``). The
+    slot's entry is read in the same round trip as the add, so a loss is still one
+    round trip. Trimming keeps that top id, so prune cannot reopen a slot.
     """
 
     strategy = "stream-id"
@@ -182,8 +204,9 @@ class RedisStreamIdBackend(_StreamBackend):
                 queue(pipe, *queued)
             queue(pipe, "TIME")
             queue(pipe, "XADD", key, entry, *_flat(fields))
-            if repeat:  # a lost reply: was the entry ours?
-                queue(pipe, "XRANGE", key, entry, entry)
+            # The slot's entry, whoever added it: ours (a repeat after a lost reply),
+            # another instance's (taken), or none at all (abandoned, see below).
+            queue(pipe, "XRANGE", key, entry, entry)
             sent = wall_clock_ms()
             replies = await execute(pipe, raise_on_error=False)
             replies = replies[len(index) :]
@@ -192,11 +215,15 @@ class RedisStreamIdBackend(_StreamBackend):
             now = self._observe(replies[0], sent)
             added = replies[1]
             if isinstance(added, ResponseError) and "smaller" in str(added):
-                found = replies[2] if repeat else []
+                found = replies[2]
                 if isinstance(found, Exception):
                     raise found
-                mine = bool(found) and found[0][1].get("token") == request.token
-                added = entry if mine else None
+                if not found:  # a newer slot is claimed: no add of this one can succeed
+                    added = ABANDONED
+                elif found[0][1].get("token") == request.token:
+                    added = entry  # ours: a lost reply, or an entry kept as early
+                else:
+                    added = None
             elif isinstance(added, Exception):
                 raise added
         if index:

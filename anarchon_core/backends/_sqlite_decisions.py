@@ -63,8 +63,9 @@ def claim(conn: sqlite3.Connection, now: int, *, request: ClaimRequest) -> Claim
     job, slot = request.job, request.slot
     run = conn.execute(sql.GET_RUN, (job, slot)).fetchone()
     if run is not None:
-        mine = run[3] == request.token and run[2] == 1
-        return Claim(Outcome.WON if mine else Outcome.TAKEN, 1 if mine else 0, now)
+        if run[3] == request.token and run[2] == 1:  # an ambiguous repeat
+            return _repeat(run, now)
+        return Claim(Outcome.TAKEN, store_now=now)
     if slot < now - request.horizon_ms:
         return Claim(Outcome.EXPIRED, store_now=now)
     if slot > now + EARLY_TOLERANCE_MS:
@@ -103,7 +104,7 @@ def take_over(conn: sqlite3.Connection, now: int, *, request: TakeoverRequest) -
         return Claim(Outcome.TAKEN, store_now=now)
     origin, state, attempt, token, lease_expires, retry_at, requested_by = run
     if token == request.token and attempt == request.attempt + 1:
-        return Claim(Outcome.WON, attempt, now)  # ambiguous repeat: this token won
+        return _repeat(run, now)  # an ambiguous repeat: this token won
     expired = state == Status.RUNNING and lease_expires <= now
     retry_due = state == sql.WAITING and retry_at <= now
     pending = state == sql.PENDING
@@ -240,6 +241,17 @@ def held_state(conn: sqlite3.Connection, lease: Lease) -> str | None:
 
 def live_run(conn: sqlite3.Connection, job: str, now: int, *, exclude: int) -> bool:
     return conn.execute(sql.LIVE_RUN, (job, now, exclude)).fetchone() is not None
+
+
+def _repeat(run: tuple[Any, ...], now: int) -> Claim:
+    """A repeat by the token that won: ``WON`` only while its lease is live, else ``LAPSED``.
+
+    ``run`` is a :data:`sql.GET_RUN` row held by the repeated token; nothing is written.
+    """
+    _origin, state, attempt, _token, lease_expires = run[:5]
+    if state == Status.RUNNING and lease_expires > now:
+        return Claim(Outcome.WON, attempt, now)
+    return Claim(Outcome.LAPSED, store_now=now)
 
 
 def _interrupt(conn: sqlite3.Connection, request: TakeoverRequest, now: int) -> None:

@@ -71,7 +71,7 @@ async def test_every_run_has_exactly_one_winner_across_instances(url: str) -> No
 
 async def test_each_slot_and_each_job_is_a_run_of_its_own(url: str) -> None:
     """Slots in increasing order, as the engine claims them (a Redis ``stream-id`` stream
-    refuses an id older than its top entry: an earlier slot claimed later is taken)."""
+    refuses an id older than its top entry: an earlier slot claimed later is abandoned)."""
     async with instances(url, 2) as (a, b):
         now = await a.now_ms()
         first = [

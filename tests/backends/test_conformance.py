@@ -187,6 +187,28 @@ async def test_repeated_claim_with_same_token_wins_again(backend: Backend) -> No
     assert len(await records(backend)) == 1
 
 
+async def test_repeated_claim_after_its_lease_expired_is_lapsed(backend: Backend) -> None:
+    """The repeat must not start an attempt a backup may already be taking over."""
+    now = await backend.now_ms()
+    lease = await win(backend, now, lease_ms=SHORT_MS)
+    await expire()
+    before = await records(backend)
+    again = await backend.claim(claim_request(now, token=lease.token, lease_ms=SHORT_MS))
+    assert (again.outcome, again.attempt) == (Outcome.LAPSED, 0)
+    assert await records(backend) == before  # nothing written
+    assert await backend.due_runs([JOB]) == [DueRun(JOB, now, 1, Origin.SCHEDULE, "expired")]
+    await take(backend, lease)
+
+
+async def test_repeated_claim_of_a_finished_run_is_lapsed(backend: Backend) -> None:
+    now = await backend.now_ms()
+    lease = await win(backend, now)
+    assert await backend.finish(lease, Status.SUCCESS)
+    again = await backend.claim(claim_request(now, token=lease.token))
+    assert (again.outcome, again.attempt) == (Outcome.LAPSED, 0)
+    assert [r.status for r in await records(backend)] == [Status.SUCCESS]
+
+
 async def test_claim_past_horizon_is_expired_and_writes_nothing(backend: Backend) -> None:
     now = await backend.now_ms()
     claim = await backend.claim(claim_request(now - 10_000, horizon_ms=5_000))
@@ -388,6 +410,27 @@ async def test_takeover_repeated_with_same_token_wins_again(backend: Backend) ->
     again = await backend.take_over(request)
     assert (again.outcome, again.attempt) == (Outcome.WON, 2)
     assert len(await records(backend)) == 2
+
+
+async def test_takeover_repeated_after_its_lease_expired_is_lapsed(backend: Backend) -> None:
+    lease = await win(backend, await backend.now_ms(), lease_ms=SHORT_MS)
+    await expire()
+    request = takeover_request(lease.slot, 1, lease_ms=SHORT_MS)
+    assert (await backend.take_over(request)).attempt == 2
+    await expire()
+    before = await records(backend)
+    again = await backend.take_over(request)
+    assert (again.outcome, again.attempt) == (Outcome.LAPSED, 0)
+    assert await records(backend) == before  # nothing written
+    due = await backend.due_runs([JOB])
+    assert due == [DueRun(JOB, lease.slot, 2, Origin.SCHEDULE, "expired")]
+    third = await take(backend, Lease(JOB, lease.slot, 2, request.token))
+    assert third.attempt == 3
+    assert [(r.attempt, r.status) for r in await records(backend)] == [
+        (3, Status.RUNNING),
+        (2, Status.INTERRUPTED),
+        (1, Status.INTERRUPTED),
+    ]
 
 
 async def test_takeover_is_taken_while_the_lease_is_live(backend: Backend) -> None:

@@ -720,7 +720,7 @@ async def test_prune_deletes_the_rows_of_expired_instances() -> None:
     [
         ("due_runs", {"jobs": ["a", "b"]}, "runs_open"),
         ("due_runs", {"jobs": ["a", "b"]}, "runs_pending"),  # pending manual requests
-        ("cancel", {"job": "a", "slot": 1}, "runs_pkey"),
+        ("cancel", {"job": "a", "slot": 1, "revoked": "cancelled:x"}, "runs_pkey"),
         ("last_scheduled_slot", ("a",), "runs_pkey"),
         ("history", HistoryQuery(limit=10), "attempts_history"),
         ("history", HistoryQuery(job="a", limit=10), "attempts_pkey"),
@@ -903,6 +903,77 @@ async def test_scheduler_survives_terminated_connections(caplog: pytest.LogCaptu
     expected = range((int(first * 1000) // 200 + 1) * 200, int(until * 1000) - 300, 200)
     missing = [slot for slot in expected if slot not in ticks]
     assert len(expected) >= 15 and not missing, f"missed {missing}"
+
+
+@asynccontextmanager
+async def dies_after_applying(text: str) -> AsyncIterator[list[int]]:
+    """The first statement ``text`` is applied (committed), then its connection dies.
+
+    Its backend is terminated with ``pg_terminate_backend`` once the statement ran, so
+    the caller sees the connection fail after the store applied the call: the reply
+    is lost and the backend re-sends the statement on a fresh connection. Yields the
+    pids terminated (one, once it happened).
+    """
+    execute = psycopg.AsyncCursor.execute
+    killed: list[int] = []
+
+    async def apply_then_die(
+        self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kw: Any
+    ) -> psycopg.AsyncCursor[Any]:
+        result = await execute(self, query, *args, **kw)
+        if query != text or killed:
+            return result
+        pid = self.connection.info.backend_pid
+        async with raw() as conn:
+            assert await scalar(conn, "SELECT pg_terminate_backend(%s)", pid)
+        killed.append(pid)
+        for _ in range(200):  # the server ends the backend soon: its next statement fails
+            await execute(self, "SELECT 1")
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"backend {pid} outlived pg_terminate_backend")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.AsyncCursor, "execute", apply_then_die)
+        yield killed
+
+
+async def test_a_release_applied_before_its_connection_died_answers_true_when_resent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The re-sent release finds its own hand-over (the run's token is the one this call
+    wrote), not a stale token: True, and the attempt was ended once."""
+    async with store() as backend:
+        now = await backend.now_ms()
+        request = claim_request(now)
+        assert (await backend.claim(request)).outcome == Outcome.WON
+        lease = Lease("job", now, 1, request.token)
+        async with dies_after_applying(backend.sql.release) as killed:
+            assert await backend.release(lease)
+        assert killed and "retrying on a fresh connection" in caplog.text
+        (record,) = await backend.history(HistoryQuery())
+        assert (record.status, record.error) == (Status.INTERRUPTED, "handed over")
+        assert not await backend.release(lease)  # a new call: the token holds nothing
+        assert await backend.heartbeat([lease], 60_000) == [False]
+        takeover = TakeoverRequest("job", now, 1, "t2", "b", 60_000, HOUR, 3, False)
+        assert (await backend.take_over(takeover)).outcome == Outcome.WON
+
+
+async def test_a_cancel_applied_before_its_connection_died_answers_true_when_resent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with store() as backend:
+        now = await backend.now_ms()
+        request = claim_request(now)
+        assert (await backend.claim(request)).outcome == Outcome.WON
+        async with dies_after_applying(backend.sql.cancel) as killed:
+            assert await backend.cancel("job", now)
+        assert killed and "retrying on a fresh connection" in caplog.text
+        (record,) = await backend.history(HistoryQuery())
+        assert record.status == Status.CANCELLED
+        assert not await backend.cancel("job", now)  # a new call: the run has ended
+        lease = Lease("job", now, 1, request.token)
+        assert await backend.heartbeat([lease], 60_000) == [False]
+        assert not await backend.release(lease)
 
 
 class FaultProxy:

@@ -584,11 +584,72 @@ async def test_claim_only_claims(strategy: str) -> None:
 
 
 async def test_stream_id_refuses_a_slot_older_than_a_claimed_one() -> None:
+    """That slot is abandoned, not taken (nobody runs it): answered ``expired``, as a slot
+    past its horizon is, whereas a claimed slot stays ``taken`` and its repeat ``won``."""
     async with opened("stream-id") as backend:
         now = await backend.now_ms()
+        assert (await backend.claim(request(now - 2000, token="t1"))).outcome == Outcome.WON
         assert (await backend.claim(request(now))).outcome == Outcome.WON
-        assert (await backend.claim(request(now - 1000))).outcome == Outcome.TAKEN
-        assert [r.slot for r in await backend.history(HistoryQuery())] == [now]
+        older = await backend.claim(request(now - 1000))
+        assert (older.outcome, older.attempt) == (Outcome.EXPIRED, 0)
+        assert older.store_now is not None and abs(older.store_now - now) < 5000
+        assert (await backend.claim(request(now - 1000))).outcome == Outcome.EXPIRED
+        assert (await backend.claim(request(now - 2000))).outcome == Outcome.TAKEN
+        assert (await backend.claim(request(now))).outcome == Outcome.TAKEN
+        again = await backend.claim(request(now - 2000, token="t1"))
+        assert (again.outcome, again.attempt) == (Outcome.WON, 1)
+        assert [r.slot for r in await backend.history(HistoryQuery())] == [now, now - 2000]
+
+
+async def test_stream_id_entry_kept_as_early_is_won_by_the_same_token_at_the_slot() -> None:
+    """A claim-only store may keep an early claim's entry: the engine claims the slot
+    again with the same token, which wins; every other claim of the slot is taken."""
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with (
+        opened("stream-id", url=url, prefix=prefix) as backend,
+        opened("stream-id", url=url, prefix=prefix) as other,
+    ):
+        now = await backend.now_ms()
+        backend._skew_ms += 500  # type: ignore[attr-defined]  # its estimate runs ahead
+        slot = now + 1300  # passes the estimate's check, is early by the server's TIME
+        assert (await backend.claim(request(slot, token="t1"))).outcome == Outcome.EARLY
+        assert (await other.claim(request(slot))).outcome == Outcome.EARLY
+        await asyncio.sleep(1.5)
+        assert (await other.claim(request(slot))).outcome == Outcome.TAKEN
+        at_slot = await backend.claim(request(slot, token="t1"))
+        assert (at_slot.outcome, at_slot.attempt) == (Outcome.WON, 1)
+        assert (await backend.claim(request(slot, token="t3"))).outcome == Outcome.TAKEN
+        assert [r.slot for r in await backend.history(HistoryQuery())] == [slot]
+
+
+async def test_an_abandoned_stream_id_slot_is_logged_and_counted_as_expired(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Through the engine: another writer added an entry newer than the next slot."""
+    caplog.set_level(logging.INFO, logger="anarchon")
+    url, prefix = shared_redis_url(), fresh_prefix()
+    while time.time() % 1 > 0.3:  # the next second boundary is the engine's first slot
+        await asyncio.sleep(0.02)
+    first = (int(time.time()) + 1) * 1000
+    with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
+        raw.xadd(f"{prefix}:{{job}}:stream", {"token": "other"}, id=f"{first + 1000}-0")
+    ran: list[int] = []
+    scheduler = Scheduler(
+        with_params(url, strategy="stream-id", prefix=prefix), instance_id="solo", jitter_ms=0
+    )
+    scheduler.every("job", "1s", lambda ctx: ran.append(ctx.slot))
+    try:
+        await scheduler.start()
+        while not ran and time.time() * 1000 < first + 4000:
+            await asyncio.sleep(0.05)
+    finally:
+        await scheduler.stop()
+        delete_prefix(url, prefix)
+    stats = scheduler.stats
+    # first: abandoned (no entry, a newer one exists); first + 1 s: another's; then ours.
+    assert (stats.get("claim_expired"), stats.get("claim_taken")) == (1, 1), stats
+    assert ran == [first + 2000]
+    assert "slot abandoned" in caplog.text
 
 
 @pytest.mark.parametrize("strategy", ["lease", *CLAIM_ONLY])

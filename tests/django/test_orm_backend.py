@@ -172,6 +172,41 @@ if os.environ.get("ANARCHON_TEST_DJANGO_DB") == "postgres":
         assert runner.run(backend.claim(claim_request(now, "t1"))).outcome == Outcome.WON
         assert runner.run(backend._worker.call(pid)) != before
 
+    def test_a_release_applied_before_its_connection_died_answers_true_when_resent(
+        backend: DjangoBackend, runner: asyncio.Runner, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The release commits, then its connection dies: the worker re-sends it on a
+        fresh connection, and the re-send recognises its own hand-over."""
+        import psycopg
+
+        now = runner.run(backend.now_ms())
+        assert runner.run(backend.claim(claim_request(now, "t1"))).outcome == Outcome.WON
+        release = backend._open.sql.release  # type: ignore[attr-defined]
+        execute = psycopg.Cursor.execute
+        killed: list[int] = []
+
+        def apply_then_die(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            result = execute(self, query, *args, **kwargs)
+            if query != release or killed:
+                return result
+            pid = self.connection.info.backend_pid
+            with psycopg.connect(self.connection.info.dsn, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
+            killed.append(pid)
+            for _ in range(200):  # the server ends the backend soon: its next statement fails
+                execute(self, "SELECT 1")
+                time.sleep(0.01)
+            raise AssertionError(f"backend {pid} outlived pg_terminate_backend")
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", apply_then_die)
+        lease = Lease(JOB, now, 1, "t1")
+        assert runner.run(backend.release(lease))
+        monkeypatch.undo()
+        assert killed
+        record = HistoryRecord.objects.get(job=JOB, slot=now, attempt=1)
+        assert (record.status, record.error) == (Status.INTERRUPTED, "handed over")
+        assert not runner.run(backend.release(lease))  # a new call: the token holds nothing
+
 
 def test_calls_after_close_are_refused(transactional_db: None, runner: asyncio.Runner) -> None:
     store = DjangoBackend()
