@@ -5,10 +5,11 @@ Run all of them with ``python -m benchmarks`` (``make bench``) or one with
 ``python -m benchmarks.idle``; ``python -m benchmarks servers`` runs the store
 benchmarks that need the local PostgreSQL, Redis, RabbitMQ and NATS, and
 ``python -m benchmarks fastapi_latency`` the FastAPI latency benchmark (closed and open
-loop, about 14 minutes, so not part of the default run) and ``python -m benchmarks
-celery_beat`` the Celery beat comparison (about 12 minutes). Every figure is measured
-when the benchmark runs; nothing is hard-coded. See ``docs/benchmarks.md`` for what each
-one measures.
+loop, about 14 minutes, so not part of the default run), ``python -m benchmarks
+celery_beat`` the Celery beat comparison (about 12 minutes) and ``python -m benchmarks
+chaos`` the chaos run on the real stores (10 minutes per store by default). Every figure
+is measured when the benchmark runs; nothing is hard-coded. See ``docs/benchmarks.md``
+for what each one measures.
 """
 
 from __future__ import annotations
@@ -24,5 +25,6 @@ SERVER_BENCHMARKS: tuple[str, ...] = (
     "broker_claims",
     "django_claims",
 )
-#: Benchmarks of an app served with the scheduler inside it; run by name (minutes long).
-APP_BENCHMARKS: tuple[str, ...] = ("fastapi_latency", "celery_beat")
+#: Long benchmarks, run by name only: an app served with the scheduler inside it, and
+#: the chaos run on the real stores (minutes long).
+APP_BENCHMARKS: tuple[str, ...] = ("fastapi_latency", "celery_beat", "chaos")
