@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from virtual import BASE_MS, Recorder, describe, run_virtual
@@ -33,39 +35,44 @@ def scheduler(store: MemoryBackend | FaultyBackend, name: str, recorder: Recorde
     return s
 
 
-def two_instances(
-    script: str,
-) -> tuple[Recorder, list[tuple[int, str, str | None]], Counter[str], FaultyBackend]:
-    """A (behind ``script``'s faults) claims the slot; B starts 250 ms after it and
-    backs A up. Returns what ran, the history, A's counters and A's link."""
-    recorder = Recorder()
-    store = MemoryBackend(clock=LoopClock(BASE_MS))
-    link = FaultyBackend(store, reply_timeout_ms=20 if script == "lost reply" else 50)
+Found = list[tuple[int, str, str | None]]
 
-    async def main() -> tuple[list[tuple[int, str, str | None]], Counter[str]]:
+
+def two_instances(
+    link: FaultyBackend, inject: Callable[[], None], *, b_after_s: float = 0.26
+) -> tuple[Recorder, Found, Counter[str]]:
+    """A, behind ``link``, claims the slot with ``inject``'s faults (called 10 ms
+    before it); B starts ``b_after_s`` later and backs A up. Returns what ran, the
+    history and A's counters."""
+    recorder = Recorder()
+    store = link.inner
+
+    async def main() -> tuple[Found, Counter[str]]:
         a = scheduler(link, "a", recorder)
-        b = scheduler(store, "b", recorder)
+        b = scheduler(store, "b", recorder)  # type: ignore[arg-type]
         await a.start()
         await asyncio.sleep((SLOT - BASE_MS) / 1000 - 0.01)
-        if script == "slow reply":
-            link.once("claim", delay_ms=600)
-        elif script == "lost reply":
-            link.once("claim", lose=True)
-        await asyncio.sleep(0.26)
+        inject()
+        await asyncio.sleep(b_after_s)
         await b.start()
         await asyncio.sleep(2.0)
         await a.stop()
         await b.stop()
-        return await history(store), Counter(a.stats)
+        return await history(store), Counter(a.stats)  # type: ignore[arg-type]
 
     found, stats = run_virtual(main)
-    return recorder, found, stats, link
+    return recorder, found, stats
+
+
+def faulty_link(**options: Any) -> FaultyBackend:
+    return FaultyBackend(MemoryBackend(clock=LoopClock(BASE_MS)), **options)
 
 
 def test_a_claim_answered_past_its_fence_deadline_starts_nothing() -> None:
     """The store commits A's claim and answers 600 ms later, after B took the run over
     (lease 300 ms): A must not start attempt 1 beside B's attempt 2."""
-    recorder, found, stats, link = two_instances("slow reply")
+    link = faulty_link(reply_timeout_ms=50)
+    recorder, found, stats = two_instances(link, lambda: link.once("claim", delay_ms=600))
     assert link.injected["claim:delayed"] == 1
     assert not recorder.overlapping(), describe(recorder.overlapping())
     ran = [(run.attempt, run.instance) for run in recorder.executions if run.slot == SLOT]
@@ -79,25 +86,14 @@ def test_a_claim_retried_after_its_lease_expired_is_lapsed_and_starts_nothing() 
     expiry (300 ms): the retry with the same token is answered LAPSED and starts
     nothing; a backup runs attempt 2. (A's sweep is kept failing, so that its own
     takeover cannot overtake the retry.)"""
-    recorder = Recorder()
-    store = MemoryBackend(clock=LoopClock(BASE_MS))
-    link = FaultyBackend(store, {"sweep": Faults(fail=1.0)}, reply_timeout_ms=120)
+    link = faulty_link(faults={"sweep": Faults(fail=1.0)}, reply_timeout_ms=120)
 
-    async def main() -> tuple[list[tuple[int, str, str | None]], Counter[str]]:
-        a = scheduler(link, "a", recorder)
-        b = scheduler(store, "b", recorder)
-        await a.start()
-        await asyncio.sleep((SLOT - BASE_MS) / 1000 - 0.01)
+    def inject() -> None:
         link.once("claim", lose=True)  # applied at the slot, "answered" at +120 ms
         asyncio.get_running_loop().call_later(0.02, link.cut, 330)  # the retry at +170 too
-        await asyncio.sleep(0.45)  # the retry at +390 ms finds the lease lapsed
-        await b.start()
-        await asyncio.sleep(2.0)
-        await a.stop()
-        await b.stop()
-        return await history(store), Counter(a.stats)
 
-    found, stats = run_virtual(main)
+    # B starts once the retry at +390 ms found the lease lapsed.
+    recorder, found, stats = two_instances(link, inject, b_after_s=0.45)
     assert link.injected["claim:lost"] == 1 and link.injected["claim:cut"] == 1
     assert stats["claim_lapsed"] == 1, stats
     ran = [(run.attempt, run.instance) for run in recorder.executions if run.slot == SLOT]
@@ -132,7 +128,8 @@ def test_a_retry_answered_won_after_the_first_sends_fence_deadline_starts_nothin
 def test_a_lost_reply_retried_in_time_runs_the_attempt() -> None:
     """A lost reply retried well within the window (answered 70 ms after the first
     send, with 130 ms left) runs attempt 1 normally."""
-    recorder, found, stats, link = two_instances("lost reply")
+    link = faulty_link(reply_timeout_ms=20)
+    recorder, found, stats = two_instances(link, lambda: link.once("claim", lose=True))
     assert link.injected["claim:lost"] == 1
     ran = [(run.attempt, run.instance) for run in recorder.executions if run.slot == SLOT]
     assert ran == [(1, "a")]
