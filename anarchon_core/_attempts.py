@@ -87,9 +87,9 @@ class Attempts:
         backup may already run the attempt after it, and a slot is never run late. The
         horizon is judged by ``store_now``, the store's clock now at the latest (its
         time in the answer plus the round trip), so that no clock skew enters; by the
-        local clock where the store gave no time. The run stays ``running`` in the store
-        until its lease expires; then a backup takes it over or ends it ``interrupted``
-        (its handler never ran).
+        local clock where the store gave no time. The attempt is then released at once
+        (``interrupted``: its handler never ran), so that a backup takes the run over, or
+        ends it past its horizon, without waiting for the lease to expire.
         """
         ctx = self._context(job, lease, lease.attempt, origin)
         ctx.jitter_ms = jitter
@@ -107,13 +107,33 @@ class Attempts:
                     if reason == "fence"
                     else "past the slot's horizon",
                 )
+                self._track(asyncio.ensure_future(self._give_back(attempt)))
                 return None
             self.held[(lease.job, lease.slot)] = attempt
             self._arm_self_fence(attempt)
-        task = asyncio.ensure_future(self._run(attempt))
+        return self._track(asyncio.ensure_future(self._run(attempt)))
+
+    def _track(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
+
+    async def _give_back(self, attempt: Attempt) -> None:
+        """Release a won attempt that was not started, so that its lease (fenced by its
+        token, possibly taken over already) does not keep the run, and the job's next
+        slots, blocked until it expires; a backup takes it over at once, or ends it
+        past its horizon. A failed release only means waiting for the expiry."""
+        try:
+            await self.backend.release(attempt.lease)
+        except Exception as exc:
+            self.telemetry.store_error("release", attempt.job.store_name)
+            self.log.warn(
+                attempt.job,
+                attempt.lease.slot,
+                attempt.lease.attempt,
+                "could not release the attempt not started (it expires): %s",
+                exc,
+            )
 
     def _too_late(self, attempt: Attempt, horizon_end: int, store_now: int | None) -> str | None:
         """Why a won attempt may not start now (``fence`` or ``horizon``), or ``None``."""
