@@ -1,4 +1,9 @@
-"""``anarchon dashboard``: serve the dashboard and JSON API over a store URL."""
+"""``anarchon dashboard``: serve the dashboard and JSON API over a store URL.
+
+The token comes from ``$ANARCHON_DASHBOARD_TOKEN`` or ``--token-file PATH``, never from
+the command line (every user of the host can read a process's arguments in ``ps``), and
+no message prints it.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,17 @@ import ipaddress
 import os
 import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .backends import mask_url
+from .errors import ConfigurationError
+from .http_guard import allowed_hosts, check_token
 
 __all__ = ["add_dashboard_command"]
 
 TOKEN_ENV = "ANARCHON_DASHBOARD_TOKEN"
+_TOKEN_WAYS = f"set {TOKEN_ENV} or pass --token-file PATH"
 
 
 def add_dashboard_command(
@@ -25,7 +34,16 @@ def add_dashboard_command(
     """Register ``dashboard`` on the main parser."""
 
     def dashboard(args: argparse.Namespace) -> int:
-        token = args.token or os.environ.get(TOKEN_ENV) or None
+        if args.token is not None:
+            raise fail(
+                "--token is not accepted: a token on the command line is visible to every "
+                f"user of this host in ps; {_TOKEN_WAYS}"
+            )
+        try:
+            token, source = _token(args.token_file)
+            hosts = allowed_hosts(args.host, args.allow_host or ())
+        except ConfigurationError as exc:
+            raise fail(str(exc)) from exc
         refusal = _refusal(args.host, args.allow_actions, token)
         if refusal:
             raise fail(refusal)
@@ -39,11 +57,8 @@ def add_dashboard_command(
                 "pip install 'anarchon[web]'"
             ) from exc
         url = backend_url(args)
-        app = create_app(url, allow_actions=args.allow_actions, token=token)
-        host = f"[{args.host}]" if ":" in args.host else args.host
-        where = f"http://{host}:{args.port}/" + (f"#token={token}" if token else "")
-        mode = "actions enabled" if args.allow_actions else "read-only"
-        print(f"anarchon dashboard on {where} ({mode}), store {mask_url(url)}", flush=True)
+        app = create_app(url, allow_actions=args.allow_actions, token=token, allow_hosts=hosts)
+        print(_banner(args, url, source, hosts), flush=True)
         config: Any = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="warning", lifespan="on"
         )
@@ -59,9 +74,52 @@ def add_dashboard_command(
         help="enable pause/resume/trigger/cancel (needs a token)",
     )
     p.add_argument(
-        "--token",
-        help=f"the token every API request must carry (default: ${TOKEN_ENV}); "
+        "--token-file",
+        metavar="PATH",
+        help=f"read the token every API request must carry from PATH (default: ${TOKEN_ENV}); "
         "needed with --allow-actions and for a non-loopback --host",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="also answer to this Host name (repeatable; '.example.com' for a domain and its "
+        "subdomains); the bind address, localhost, 127.0.0.1 and [::1] always are",
+    )
+    p.add_argument("--token", help=argparse.SUPPRESS)  # refused with the ways to give one
+
+
+def _token(path: str | None) -> tuple[str | None, str]:
+    """The token and where it came from: ``--token-file`` first, then the environment."""
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"--token-file {path}: cannot read it ({exc})") from exc
+        token = text.strip()
+        if not token:
+            raise ConfigurationError(f"--token-file {path} is empty: put a random token in it")
+        return check_token(token), f"--token-file {path}"
+    value = os.environ.get(TOKEN_ENV)
+    if value:
+        return check_token(value.strip()), f"${TOKEN_ENV}"
+    return None, ""
+
+
+def _banner(args: argparse.Namespace, url: str, source: str, hosts: tuple[str, ...]) -> str:
+    """The start-up lines: where, which store, where the token came from (never the
+    token), and the ``Host`` names served."""
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    mode = "actions enabled" if args.allow_actions else "read-only"
+    token = (
+        f"from {source} (open the page with #token=<token>, or enter it when asked)"
+        if source
+        else "none"
+    )
+    return (
+        f"anarchon dashboard on http://{host}:{args.port}/ ({mode}), store {mask_url(url)}\n"
+        f"  token: {token}\n"
+        f"  hosts: {', '.join(hosts)} (add names with --allow-host)"
     )
 
 
@@ -71,13 +129,13 @@ def _refusal(host: str, allow_actions: bool, token: str | None) -> str | None:
         return None
     if allow_actions:
         return (
-            f"--allow-actions needs a token: pass --token or set {TOKEN_ENV} "
-            f"(for example {secrets.token_urlsafe(16)})"
+            f"--allow-actions needs a token: {_TOKEN_WAYS} "
+            f"(for example {secrets.token_urlsafe(32)})"
         )
     if not _loopback(host):
         return (
             f"--host {host} is not a loopback address: the dashboard shows the whole "
-            f"cluster, so a token is needed there (--token or {TOKEN_ENV})"
+            f"cluster, so a token is needed there ({_TOKEN_WAYS})"
         )
     return None
 

@@ -33,6 +33,7 @@ from .backends import DEFAULT_URL, backend_from_url, mask_url
 from .background import BackgroundScheduler
 from .durations import format_duration_ms, parse_duration_ms
 from .errors import AnarchonError, ConfigurationError
+from .names import validate_job_name, validate_namespace
 from .records import HistoryQuery, Status, iso_utc
 from .scheduler import Scheduler
 
@@ -168,13 +169,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="one JSON object per record and line (RunRecord)"
     )
 
-    p = add("prune", _cmd_prune, "delete finished history records older than a duration", [store])
+    p = add(
+        "prune",
+        _cmd_prune,
+        "delete finished history records older than a duration, of the jobs named by "
+        "--job, of one --namespace, or of every job with --all",
+        [store],
+    )
     p.add_argument(
         "--older-than",
         required=True,
         type=_duration_ms,
         metavar="DURATION",
         help="records of slots older than this, e.g. 7d, 12h, 30m",
+    )
+    p.add_argument(
+        "--job",
+        action="append",
+        dest="jobs",
+        metavar="NAME",
+        help="only this job, by its name in the store (billing:sync); repeatable",
+    )
+    p.add_argument("--namespace", metavar="NS", help="only the jobs of this namespace (NS:...)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_jobs",
+        help="every job in the store, of every service that shares it",
     )
 
     p = add(
@@ -471,17 +492,48 @@ def _cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+_PRUNE_SCOPE = (
+    "give --job NAME (repeatable), --namespace NS, or --all (every job of every service "
+    "sharing the store)"
+)
+
+
 def _cmd_prune(args: argparse.Namespace) -> int:
+    """Prune a scope the user names: a store is shared, so "everything" must be asked for."""
     older_than: int = args.older_than
+    jobs: list[str] | None = args.jobs
+    namespace: str | None = args.namespace
+    given = [
+        option
+        for option, value in (("--job", jobs), ("--namespace", namespace), ("--all", args.all_jobs))
+        if value
+    ]
+    if len(given) != 1:
+        why = (
+            "which jobs to prune is required"
+            if not given
+            else f"{' and '.join(given)} exclude each other"
+        )
+        raise CliError(f"{why}: {_PRUNE_SCOPE}")
+    if jobs is not None:
+        for job in jobs:
+            validate_job_name(job, what="--job")
+        scope = ", ".join(jobs)
+    elif namespace is not None:
+        validate_namespace(namespace)
+        scope = f"namespace {namespace}"
+    else:
+        scope = "every job"
 
     async def prune(backend: Backend) -> tuple[int, int]:
         cutoff = await backend.now_ms() - older_than
-        return await backend.prune(cutoff), cutoff
+        return await backend.prune(cutoff, jobs=jobs, namespace=namespace), cutoff
 
     deleted, cutoff = _store_call(args, prune)
     print(
         f"{deleted} history record(s) pruned from {mask_url(_backend_url(args))} "
-        f"(finished slots before {iso_utc(cutoff)}, older than {format_duration_ms(older_than)})"
+        f"(finished slots before {iso_utc(cutoff)}, older than {format_duration_ms(older_than)}; "
+        f"{scope})"
     )
     return 0
 

@@ -70,7 +70,8 @@ class RunContext:
         #: Set by such an adapter once it committed the outcome: the engine then reports
         #: the run even if a heartbeat sent after that commit was refused.
         self.recorded = False
-        #: The random delay this instance waited before claiming (0 for takeovers).
+        #: How long past the slot this instance waited before claiming: its jitter, or the
+        #: jitter window plus a margin for a watcher (0 for takeovers).
         self.jitter_ms = 0
         #: A small JSON-serialisable dict (at most 1 KB) kept in the history record.
         self.meta: dict[str, Any] = {}

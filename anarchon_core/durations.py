@@ -10,6 +10,12 @@ rejected, and every error names the bad value and shows the accepted forms.
 Grammar: one or more ``<digits><unit>`` parts with the units ``d``, ``h``, ``m``, ``s`` and
 ``ms``, largest first, each at most once, no spaces, no signs and no fractions
 (``"2h15m30s500ms"``).  A ``datetime.timedelta`` must be a whole number of milliseconds.
+
+Bounds: every duration is at most :data:`MAX_DURATION_MS` (``3650d``, about ten years),
+and every slot lies between the years 100 and 9900 (see :mod:`anarchon_core.schedules`),
+so a slot plus or minus any duration is still a valid ``datetime`` and far inside the
+signed 64-bit millisecond columns of every store.  Settings with a tighter meaning (the
+claim horizon, the retry backoff) have tighter bounds of their own.
 """
 
 from __future__ import annotations
@@ -19,8 +25,15 @@ import operator
 import re
 
 from .errors import ConfigurationError
+from .redact import brief
 
-__all__ = ["format_duration_ms", "parse_duration_ms"]
+__all__ = ["MAX_DURATION_MS", "format_duration_ms", "parse_duration_ms", "validate_ms"]
+
+#: The longest duration anarchon accepts anywhere: 3650 days, about ten years.
+MAX_DURATION_MS = 3650 * 86_400_000
+#: Longer duration strings are refused before parsing: the longest canonical text is
+#: ``"3650d23h59m59s999ms"``; leading zeros get some room.
+_MAX_TEXT = 64
 
 #: Milliseconds per unit, largest first: the order the grammar requires and the display uses.
 _UNITS: dict[str, int] = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
@@ -39,26 +52,58 @@ _ONE_MS = dt.timedelta(milliseconds=1)
 
 
 def _invalid(what: str, value: object, reason: str) -> ConfigurationError:
-    return ConfigurationError(f"{what} {value!r} is not valid: {reason}; {_ACCEPTED}")
+    return ConfigurationError(f"{what} {brief(value)} is not valid: {reason}; {_ACCEPTED}")
 
 
 def parse_duration_ms(
-    value: str | dt.timedelta, *, what: str = "interval", allow_zero: bool = False
+    value: str | dt.timedelta,
+    *,
+    what: str = "interval",
+    allow_zero: bool = False,
+    maximum: int = MAX_DURATION_MS,
 ) -> int:
     """Return ``value`` as a number of milliseconds, or raise ``ConfigurationError``.
 
     ``what`` names the setting in the error message (``"interval"``, ``"offset"``,
     ``"job 'sync': option catch_up_window"``) so the user can find the bad line.
     ``allow_zero`` admits ``"0s"`` / ``timedelta(0)``; it exists for offsets, where
-    "no offset" is meaningful.  Negative durations are never accepted.
+    "no offset" is meaningful.  Negative durations are never accepted, nor any longer
+    than ``maximum`` (default :data:`MAX_DURATION_MS`), so that every sum of a slot and
+    a duration stays a valid instant.
     """
     if isinstance(value, dt.timedelta):
-        return _from_timedelta(value, what, allow_zero)
-    if not isinstance(value, str):
-        if isinstance(value, int | float):  # bool is an int: also a bare number here
-            raise _invalid(what, value, "a bare number has no unit")
+        ms = _from_timedelta(value, what, allow_zero)
+    elif isinstance(value, str):
+        ms = _from_string(value, what, allow_zero)
+    elif isinstance(value, int | float):  # bool is an int: also a bare number here
+        raise _invalid(what, value, "a bare number has no unit")
+    else:
         raise _invalid(what, value, f"a {type(value).__name__} is not a duration")
-    return _from_string(value, what, allow_zero)
+    if ms > maximum:
+        raise _invalid(what, value, f"it is too long: at most {format_duration_ms(maximum)}")
+    return ms
+
+
+def validate_ms(
+    value: object,
+    what: str,
+    *,
+    minimum: int = 0,
+    maximum: int = MAX_DURATION_MS,
+    optional: bool = False,
+) -> int:
+    """Return ``value`` if it is an ``int`` of milliseconds within the bounds, else raise.
+
+    For the ``*_ms`` settings (``heartbeat_ms``, ``timeout_ms``, …), which take plain
+    integers of milliseconds: the error names the setting and both bounds.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        none = "None or " if optional else ""
+        raise ConfigurationError(
+            f"{what} = {brief(value)} is not valid: give {none}an int of milliseconds from "
+            f"{minimum} to {maximum} ({format_duration_ms(maximum)})"
+        )
+    return value
 
 
 def _from_timedelta(value: dt.timedelta, what: str, allow_zero: bool) -> int:
@@ -75,6 +120,8 @@ def _from_timedelta(value: dt.timedelta, what: str, allow_zero: bool) -> int:
 def _from_string(value: str, what: str, allow_zero: bool) -> int:
     if not value:
         raise _invalid(what, value, "it is empty")
+    if len(value) > _MAX_TEXT:
+        raise _invalid(what, value, f"it is longer than {_MAX_TEXT} characters")
     if _BARE_NUMBER.fullmatch(value):
         raise _invalid(what, value, "a bare number has no unit")
     if value.startswith("-"):
@@ -111,7 +158,7 @@ def format_duration_ms(ms: int) -> str:
     """
     remaining = operator.index(ms)
     if remaining < 0:
-        raise ConfigurationError(f"duration {ms!r} is not valid: it is negative")
+        raise ConfigurationError(f"duration {brief(ms)} is not valid: it is negative")
     if remaining == 0:
         return "0s"
     parts: list[str] = []

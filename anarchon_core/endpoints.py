@@ -34,6 +34,8 @@ _ASSETS = {
     "dashboard.js": "text/javascript; charset=utf-8",
 }
 _ACTIONS = ("pause", "resume", "trigger")
+#: Slots and times are epoch milliseconds, stored as 64-bit integers.
+_INT64 = (-(2**63), 2**63 - 1)
 
 Handler = Callable[[Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
 
@@ -204,7 +206,11 @@ def _cancel_body(body: bytes) -> tuple[str, int]:
             f"cancel body {body[:200]!r} is not valid: send JSON "
             '{"job": "<job name>", "slot": <slot in epoch ms>}'
         )
-    slot: Any = data.get("slot")  # operations.cancel checks it and names the accepted form
+    slot: Any = data.get("slot")  # operations.cancel checks its type and names the form
+    if isinstance(slot, int) and not isinstance(slot, bool) and not _INT64[0] <= slot <= _INT64[1]:
+        raise ConfigurationError(
+            f"slot {slot!r} is not valid: give the run's slot in epoch ms (a 64-bit integer)"
+        )
     return data["job"], slot
 
 
@@ -213,9 +219,12 @@ def _int_param(params: Mapping[str, str], name: str) -> int | None:
     if text is None or text == "":
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise ConfigurationError(f"{name}={text!r} is not valid: give an integer") from None
+        value = None
+    if value is None or not _INT64[0] <= value <= _INT64[1]:
+        raise ConfigurationError(f"{name}={text!r} is not valid: give a 64-bit integer")
+    return value
 
 
 def _not_allowed(method: str) -> Reply:

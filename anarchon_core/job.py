@@ -15,12 +15,13 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, TypeAlias
 
 from .context import RunContext
-from .durations import parse_duration_ms
+from .durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms, validate_ms
 from .errors import ConfigurationError
 from .names import store_name, validate_job_name
+from .redact import brief
 from .schedules import Schedule
 
-__all__ = ["JOB_OPTIONS", "Handler", "Job", "JobOptions"]
+__all__ = ["JOB_OPTIONS", "Handler", "Job", "JobOptions", "check_retries", "resolve_options"]
 
 Handler: TypeAlias = Callable[[RunContext], Awaitable[Any] | Any]
 
@@ -30,6 +31,11 @@ MAX_MISFIRE_GRACE_MS = 3_600_000
 MAX_HORIZON_MS = 7 * 86_400_000
 #: Catch-up never handles more slots than this, whatever the window.
 MAX_CATCH_UP_SLOTS = 1000
+#: The fence is ``slot × 1024 + attempt``: attempts must fit in 10 bits.
+MAX_ATTEMPTS = 1023
+#: A retry after the store's horizon is never claimed, so the backoffs of every retry
+#: of a run together may not exceed the longest horizon.
+MAX_RETRY_WAIT_MS = MAX_HORIZON_MS
 
 CATCH_UP_POLICIES = ("none", "latest", "all")
 OVERLAP_POLICIES = ("skip", "allow")
@@ -57,26 +63,30 @@ JOB_OPTIONS = frozenset(
 
 
 def _validate(key: str, value: Any, owner: str) -> Any:
+    """One option, within its bound: every duration fits the stores' 64-bit ms columns."""
     where = f"{owner}: option {key}"
-    if key in ("jitter_ms", "retries", "retry_backoff_ms"):
-        return _int(value, where, minimum=0)
-    if key == "max_attempts":  # the fence is slot × 1024 + attempt
-        return _int(value, where, minimum=1, maximum=1023)
+    if key == "jitter_ms":  # the jitter used is also clamped to a quarter of the gap
+        return validate_ms(value, where, maximum=MAX_DURATION_MS)
+    if key == "retry_backoff_ms":
+        return validate_ms(value, where, maximum=MAX_RETRY_WAIT_MS)
+    if key == "retries":  # more than max_attempts - 1 never run
+        return _count(value, where, minimum=0, maximum=MAX_ATTEMPTS - 1)
+    if key == "max_attempts":
+        return _count(value, where, minimum=1, maximum=MAX_ATTEMPTS)
     if key == "timeout_ms":
-        return None if value is None else _int(value, where, minimum=1)
+        return None if value is None else validate_ms(value, where, minimum=1, optional=True)
     if key == "misfire_grace_ms":  # run records must outlive it: keep it bounded
-        return None if value is None else _int(value, where, minimum=1, maximum=MAX_HORIZON_MS)
+        if value is None:
+            return None
+        return validate_ms(value, where, minimum=1, maximum=MAX_HORIZON_MS, optional=True)
     if key == "catch_up":
         return _choice(value, CATCH_UP_POLICIES, where)
     if key == "overlap":
         return _choice(value, OVERLAP_POLICIES, where)
     if key == "catch_up_window":
-        window = parse_duration_ms(value, what=where)
-        if window > MAX_HORIZON_MS:
-            raise ConfigurationError(f"{where} = {value!r} is not valid: at most 7d")
-        return window
+        return parse_duration_ms(value, what=where, maximum=MAX_HORIZON_MS)
     accepted = ", ".join(sorted(JOB_OPTIONS))
-    raise ConfigurationError(f"{owner}: unknown option {key!r}; accepted options: {accepted}")
+    raise ConfigurationError(f"{owner}: unknown option {brief(key)}; accepted options: {accepted}")
 
 
 def validate_option_keys(options: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -88,27 +98,56 @@ def validate_option_keys(options: Mapping[str, Any], owner: str) -> dict[str, An
     return out
 
 
-def _int(value: Any, where: str, *, minimum: int, maximum: int | None = None) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < minimum
-        or (maximum is not None and value > maximum)
-    ):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+def resolve_options(
+    defaults: JobOptions, options: Mapping[str, Any], owner: str
+) -> tuple[JobOptions, frozenset[str]]:
+    """``defaults`` with ``options`` applied, each option and their combination checked.
+
+    Returns the options and the names given explicitly. Adapters that classify errors
+    (the Django checks) call this before defining a job, so that they see every bound.
+    """
+    checked = validate_option_keys(options, owner)
+    resolved = replace(defaults, **checked)
+    check_retries(resolved, owner)
+    return resolved, frozenset(checked)
+
+
+def check_retries(options: JobOptions, owner: str) -> JobOptions:
+    """Refuse retries whose doubling backoffs add up past the longest claim horizon.
+
+    Retry ``n`` waits ``retry_backoff_ms × 2^(n-1)``; a retry due after the run's
+    horizon is never claimed (it ends ``failed``), so a setting that waits longer than
+    :data:`MAX_RETRY_WAIT_MS` in all can only be a mistake, and its products would
+    outgrow the stores' 64-bit columns.
+    """
+    retries = min(options.retries, options.max_attempts - 1)
+    total = options.retry_backoff_ms * (2**retries - 1)
+    if total > MAX_RETRY_WAIT_MS:
         raise ConfigurationError(
-            f"{where} = {value!r} is not valid: give an integer {bound} (milliseconds "
-            f"for *_ms options)"
+            f"{owner}: retries={options.retries} with retry_backoff_ms="
+            f"{options.retry_backoff_ms} (doubling, max_attempts={options.max_attempts}) "
+            f"waits {format_duration_ms(total)} in all, past the longest claim horizon: "
+            f"at most {format_duration_ms(MAX_RETRY_WAIT_MS)}; give fewer retries or a "
+            f"shorter retry_backoff_ms"
+        )
+    return options
+
+
+def _count(value: Any, where: str, *, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ConfigurationError(
+            f"{where} = {brief(value)} is not valid: give an integer between {minimum} "
+            f"and {maximum}"
         )
     return value
 
 
 def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise ConfigurationError(
-            f"{where} = {value!r} is not valid: use one of " + ", ".join(map(repr, choices))
+            f"{where} = {brief(value)} is not valid: use one of " + ", ".join(map(repr, choices))
         )
-    return str(value)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +178,14 @@ class Job:
     ) -> Job:
         validate_job_name(name)
         _check_handler(name, handler)
-        owner = f"job {name!r}"
-        checked = validate_option_keys(options, owner)
-        resolved = replace(defaults, **checked)
+        resolved, given = resolve_options(defaults, options, f"job {name!r}")
         return cls(
             name=name,
             store_name=store_name(namespace, name),
             schedule=schedule,
             handler=handler,
             options=resolved,
-            explicit=explicit_defaults | frozenset(checked),
+            explicit=explicit_defaults | given,
             fingerprint=_fingerprint(schedule, resolved),
         )
 
@@ -205,7 +242,7 @@ def _fingerprint(schedule: Schedule, options: JobOptions) -> str:
 def _check_handler(name: str, handler: object) -> None:
     if not callable(handler):
         raise ConfigurationError(
-            f"job {name!r}: handler {handler!r} is not callable: give a function taking ctx"
+            f"job {name!r}: handler {brief(handler)} is not callable: give a function taking ctx"
         )
     try:
         inspect.signature(handler).bind(None)

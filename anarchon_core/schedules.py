@@ -27,6 +27,7 @@ from croniter import croniter
 
 from .durations import format_duration_ms, parse_duration_ms
 from .errors import ConfigurationError
+from .redact import brief
 
 __all__ = ["Cron", "Every", "Schedule", "from_canonical"]
 
@@ -34,9 +35,11 @@ _UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
 _EPOCH_NAIVE = dt.datetime(1970, 1, 1)
 _ONE_MS = dt.timedelta(milliseconds=1)
-# Slots must map to datetimes with room for a day of zone arithmetic on either side.
-_MIN_MS = (dt.datetime(2, 1, 1, tzinfo=_UTC) - _EPOCH) // _ONE_MS
-_MAX_MS = (dt.datetime(9998, 1, 1, tzinfo=_UTC) - _EPOCH) // _ONE_MS
+# Slots lie in the years 100 to 9899: a slot plus or minus any duration (at most 3650d,
+# see durations.MAX_DURATION_MS) and a day of zone arithmetic is still a datetime.
+_FIRST_YEAR, _END_YEAR = 100, 9900
+_MIN_MS = (dt.datetime(_FIRST_YEAR, 1, 1, tzinfo=_UTC) - _EPOCH) // _ONE_MS
+_MAX_MS = (dt.datetime(_END_YEAR, 1, 1, tzinfo=_UTC) - _EPOCH) // _ONE_MS
 #: Bumped if the meaning of a definition ever changes, so that replicas on different
 #: versions report different fingerprints instead of silently computing different slots.
 _SEMANTICS = "v1"
@@ -90,6 +93,7 @@ class Schedule(ABC):
         return hash((type(self).__name__, self.canonical()))
 
 
+_MAX_CANONICAL = 2000
 _CANONICAL = re.compile(
     r"every/(?P<e>\w+) interval_ms=(?P<interval>\d+) offset_ms=(?P<offset>\d+)"
     r"|cron/(?P<c>\w+) (?P<fields>[^=]+) tz=(?P<tz>\S+) day_or=(?P<day_or>[01])"
@@ -105,18 +109,16 @@ def from_canonical(text: str) -> Schedule:
     :raises ConfigurationError: not the canonical text of a built-in schedule of this
         version's semantics (a custom schedule, or a newer anarchon).
     """
-    match = _CANONICAL.fullmatch(text) if isinstance(text, str) else None
+    ok = isinstance(text, str) and len(text) <= _MAX_CANONICAL
+    match = _CANONICAL.fullmatch(text) if ok else None
     if match is None or (match["e"] or match["c"]) != _SEMANTICS:
         raise ConfigurationError(
-            f"schedule {text!r} is not the canonical text of an Every or Cron schedule "
+            f"schedule {brief(text)} is not the canonical text of an Every or Cron schedule "
             f"of semantics {_SEMANTICS}"
         )
-    if match["e"]:
-        offset = int(match["offset"])
-        return Every(
-            dt.timedelta(milliseconds=int(match["interval"])),
-            dt.timedelta(milliseconds=offset) if offset else None,
-        )
+    if match["e"]:  # as strings: the duration bounds apply before any arithmetic
+        offset = match["offset"].lstrip("0")
+        return Every(f"{match['interval']}ms", f"{offset}ms" if offset else None)
     return Cron(match["fields"], match["tz"], day_or=match["day_or"] == "1")
 
 
@@ -124,17 +126,23 @@ def _check_ms(name: str, value: int) -> int:
     ms = operator.index(value)
     if not _MIN_MS <= ms <= _MAX_MS:
         raise ConfigurationError(
-            f"{name} {value!r} is not valid: give integer milliseconds since the Unix epoch "
-            "between the years 2 and 9997"
+            f"{name} {brief(value)} is not valid: give integer milliseconds since the Unix "
+            f"epoch from the year {_FIRST_YEAR} to {_END_YEAR - 1}"
         )
     return ms
+
+
+def _no_slot(schedule: Schedule, after_ms: int) -> ConfigurationError:
+    return ConfigurationError(
+        f"{schedule.describe()} has no slot after {brief(after_ms)} before the year {_END_YEAR}"
+    )
 
 
 def _check_limit(limit: int | None) -> int | None:
     if limit is None:
         return None
     if isinstance(limit, bool) or operator.index(limit) < 0:
-        raise ConfigurationError(f"limit {limit!r} is not valid: give None or an integer >= 0")
+        raise ConfigurationError(f"limit {brief(limit)} is not valid: give None or an integer >= 0")
     return operator.index(limit)
 
 
@@ -159,7 +167,7 @@ class Every(Schedule):
             self._offset_ms = parse_duration_ms(offset, what="offset", allow_zero=True)
         if self._offset_ms >= self._interval_ms:
             raise ConfigurationError(
-                f"offset {offset!r} is not valid for interval {interval!r}: the offset "
+                f"offset {brief(offset)} is not valid for interval {brief(interval)}: the offset "
                 f"({format_duration_ms(self._offset_ms)}) must be shorter than the interval "
                 f"({format_duration_ms(self._interval_ms)}), e.g. Every('1h', offset='5m')"
             )
@@ -177,14 +185,19 @@ class Every(Schedule):
         return "UTC"
 
     def next_slot(self, after_ms: int) -> int:
-        after = operator.index(after_ms)
+        slot = self._first_after(_check_ms("after_ms", after_ms))
+        if slot > _MAX_MS:
+            raise _no_slot(self, after_ms)
+        return slot
+
+    def _first_after(self, after: int) -> int:
         k = (after - self._offset_ms) // self._interval_ms + 1
         return k * self._interval_ms + self._offset_ms
 
     def slots_between(self, start_ms: int, end_ms: int, *, limit: int | None = None) -> list[int]:
         cap = _check_limit(limit)
-        end = operator.index(end_ms)
-        first = self.next_slot(start_ms)
+        end = min(operator.index(end_ms), _MAX_MS)
+        first = self._first_after(_check_ms("start_ms", start_ms))
         if first > end:
             return []
         count = (end - first) // self._interval_ms + 1
@@ -215,6 +228,8 @@ _CRON_FORM = (
     "or '0 3 * * mon-fri' (a 6th field, last, is seconds: '* * * * * */10')"
 )
 _ZONE_FORM = "give an IANA time zone name such as 'Europe/Athens' or 'UTC'"
+#: Longer expressions are refused before parsing (every minute listed one by one is 170).
+MAX_CRON_LENGTH = 1000
 _ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
@@ -245,27 +260,32 @@ def _load_zone(tz: object) -> zoneinfo.ZoneInfo:
     """Resolve an IANA name; refuse anything whose meaning could differ between machines."""
     name = tz.key if isinstance(tz, zoneinfo.ZoneInfo) else tz
     if not isinstance(name, str):
-        raise ConfigurationError(f"time zone {tz!r} is not valid: {_ZONE_FORM}")
+        raise ConfigurationError(f"time zone {brief(tz)} is not valid: {_ZONE_FORM}")
     # "localtime" is the machine's own zone; the membership test also catches names that
     # only load on case-insensitive file systems ("europe/athens" on macOS).
     if name == "localtime" or name not in _zone_names():
-        raise ConfigurationError(f"time zone {name!r} is not valid: {_ZONE_FORM}")
+        raise ConfigurationError(f"time zone {brief(name)} is not valid: {_ZONE_FORM}")
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise ConfigurationError(f"time zone {name!r} is not valid: {_ZONE_FORM}") from exc
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise ConfigurationError(f"time zone {brief(name)} is not valid: {_ZONE_FORM}") from exc
 
 
 def _normalize_expression(expression: object) -> tuple[str, list[str]]:
     """Return (expression with single spaces, canonical lower-case fields) or raise."""
     if not isinstance(expression, str):
-        raise ConfigurationError(f"cron expression {expression!r} is not valid: {_CRON_FORM}")
+        raise ConfigurationError(f"cron expression {brief(expression)} is not valid: {_CRON_FORM}")
+    if len(expression) > MAX_CRON_LENGTH:
+        raise ConfigurationError(
+            f"cron expression {brief(expression)} is not valid: it is longer than "
+            f"{MAX_CRON_LENGTH} characters; {_CRON_FORM}"
+        )
     text = " ".join(_FIELDS.findall(expression))
     fields = _FIELDS.findall(_ALIASES.get(text.lower(), text.lower()))
 
     def bad(reason: str) -> ConfigurationError:
         return ConfigurationError(
-            f"cron expression {expression!r} is not valid: {reason}; {_CRON_FORM}"
+            f"cron expression {brief(expression)} is not valid: {reason}; {_CRON_FORM}"
         )
 
     if len(fields) not in (5, 6):
@@ -276,8 +296,8 @@ def _normalize_expression(expression: object) -> tuple[str, list[str]]:
             raise bad("H (hashed) and R (random) values would differ between replicas")
     try:
         croniter.expand(" ".join(fields))
-    except (ValueError, TypeError, KeyError) as exc:  # croniter's errors are ValueErrors
-        raise bad(str(exc) or type(exc).__name__) from exc
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:  # mostly ValueErrors
+        raise bad(brief(str(exc), 120) if str(exc) else type(exc).__name__) from exc
     return text, fields
 
 
@@ -336,7 +356,7 @@ class Cron(Schedule):
 
     def __init__(self, expression: str, tz: str = "UTC", *, day_or: bool = True) -> None:
         if not isinstance(day_or, bool):
-            raise ConfigurationError(f"day_or {day_or!r} is not valid: give True or False")
+            raise ConfigurationError(f"day_or {brief(day_or)} is not valid: give True or False")
         self._expression, fields = _normalize_expression(expression)
         self._fields = " ".join(fields)
         self._zone = _load_zone(tz)
@@ -350,7 +370,7 @@ class Cron(Schedule):
             trial.get_next(dt.datetime, start_time=dt.datetime(2000, 1, 1))
         except ValueError as exc:
             raise ConfigurationError(
-                f"cron expression {expression!r} is not valid: it never matches"
+                f"cron expression {brief(expression)} is not valid: it never matches"
                 f"{'' if day_or else ' with day_or=False'}; {_CRON_FORM}"
             ) from exc
         self._pool.append(trial)
@@ -384,8 +404,10 @@ class Cron(Schedule):
 
     def next_slot(self, after_ms: int) -> int:
         for slot in self._walk(_check_ms("after_ms", after_ms)):
+            if slot > _MAX_MS:
+                break
             return slot
-        raise ConfigurationError(f"{self.describe()} has no slot after {after_ms!r}")
+        raise _no_slot(self, after_ms)
 
     def slots_between(self, start_ms: int, end_ms: int, *, limit: int | None = None) -> list[int]:
         cap = _check_limit(limit)
@@ -394,7 +416,7 @@ class Cron(Schedule):
         if cap == 0 or end <= start_ms:
             return out
         for slot in self._walk(_check_ms("start_ms", start_ms)):
-            if slot > end:
+            if slot > end or slot > _MAX_MS:
                 break
             out.append(slot)
             if len(out) == cap:

@@ -4,43 +4,76 @@
 opens the store at the first request and closes it on shutdown, answers the JSON API through
 :class:`~anarchon_core.endpoints.DashboardAPI`, and serves the page at its root.
 
-A token, when given, guards the whole API (``Authorization: Bearer <token>``): the page
-reads it from the URL fragment ``#token=…``, which browsers never send to a server.
-Bearer headers are not sent by browsers on their own, so no CSRF token is needed.
+Every request must name an allowed host in its ``Host`` header (``400`` otherwise), so a
+hostile page cannot reach a loopback dashboard through a DNS name rebound to
+``127.0.0.1``. A token, when given, guards the whole API (``Authorization: Bearer
+<token>``): the page reads it from the URL fragment ``#token=…``, which browsers never
+send to a server. Actions need the token, a JSON body and a same-origin request
+(:mod:`anarchon_core.http_guard`); bearer headers are never attached by a browser on its
+own, so no CSRF token is needed.
 """
 
 from __future__ import annotations
 
-import hmac
+import re
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .backend import Backend
 from .backends import backend_from_url
 from .endpoints import DashboardAPI, Reply, dashboard_file
+from .errors import ConfigurationError
+from .http_guard import (
+    SECURITY_HEADERS,
+    action_refusal,
+    allowed_hosts,
+    bearer_token,
+    check_token,
+    host_refusal,
+    token_matches,
+)
 
 __all__ = ["create_app"]
 
-_SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
 
 def create_app(
-    backend: Backend | str, *, allow_actions: bool = False, token: str | None = None
+    backend: Backend | str,
+    *,
+    allow_actions: bool = False,
+    token: str | None = None,
+    allow_hosts: Iterable[str] = (),
+    insecure_no_auth: bool = False,
 ) -> Starlette:
     """The dashboard app for ``backend`` (an instance or a URL).
 
-    :raises ConfigurationError: a bad backend URL.
+    The app answers only to ``Host: localhost``, ``127.0.0.1`` and ``[::1]`` (any port),
+    and to the names in ``allow_hosts``: ``ops.example.com``, ``.example.com`` for a
+    domain and its subdomains, ``"*"`` for any (when the server in front checks
+    ``Host`` itself). ``allow_actions``
+    needs a ``token``, unless ``insecure_no_auth`` says that whatever serves this app
+    authenticates every request itself.
+
+    :raises ConfigurationError: a bad backend URL, token or host; actions without a
+        token.
     """
+    if token is not None:
+        check_token(token)
+    elif allow_actions and not insecure_no_auth:
+        raise ConfigurationError(
+            "create_app(allow_actions=True) lets anyone who reaches it pause, trigger and "
+            "cancel jobs: give token=… (every API request then needs it as a Bearer "
+            "header), or insecure_no_auth=True if the server in front authenticates"
+        )
+    allowed = allowed_hosts(None, allow_hosts)
     store = backend_from_url(backend) if isinstance(backend, str) else backend
     endpoints = DashboardAPI(
         store, allow_actions=allow_actions, requested_by=f"dashboard@{socket.gethostname()}"
@@ -55,18 +88,19 @@ def create_app(
         return _file(request.path_params["name"])
 
     async def api(request: Request) -> Response:
-        if token is not None and not _authorized(request, token):
-            reply = Reply(401, {"error": "this dashboard needs its token: open it with #token=…"})
-        else:
-            body = await request.body()
-            reply = await endpoints.handle(
+        if token is not None and not token_matches(_bearer(request), token):
+            return _json(
+                Reply(401, {"error": "this dashboard needs its token: open it with #token=…"})
+            )
+        if allow_actions and request.method == "POST":
+            refusal = action_refusal(request.headers, host=request.headers.get("host"))
+            if refusal is not None:
+                return _json(refusal)
+        body = await request.body()
+        return _json(
+            await endpoints.handle(
                 request.method, request.path_params["path"], request.query_params, body
             )
-        return Response(
-            reply.json_bytes(),
-            reply.status,
-            headers={**_SECURITY_HEADERS, "Cache-Control": "no-store"},
-            media_type="application/json",
         )
 
     @asynccontextmanager
@@ -76,13 +110,47 @@ def create_app(
         finally:
             await endpoints.close()
 
+    api_route = Route("/api/{path:path}", api, methods=["GET", "HEAD", "POST"])
+    # Every path under api/ is the API's to answer, line breaks included (a bad job name
+    # is a 400 naming the accepted form, not the router's plain-text 404).
+    api_route.path_regex = re.compile(api_route.path_regex.pattern, re.DOTALL)
     return Starlette(
-        routes=[
-            Route("/", page),
-            Route("/api/{path:path}", api, methods=["GET", "HEAD", "POST"]),
-            Route("/{name}", asset),
-        ],
+        routes=[Route("/", page), api_route, Route("/{name}", asset)],
+        middleware=[Middleware(_HostGuard, allowed=allowed)],
         lifespan=lifespan,
+    )
+
+
+class _HostGuard:
+    """Answers ``400`` to any HTTP request whose ``Host`` is not allowed."""
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            refusal = host_refusal(Headers(scope=scope).get("host"), self.allowed)
+            if refusal is not None:
+                await _json(refusal)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _bearer(request: Request) -> bytes | None:
+    """The Bearer credentials as the client sent them (bytes, not a decoded text)."""
+    for name, value in request.headers.raw:
+        if name == b"authorization":
+            return bearer_token(value)
+    return None
+
+
+def _json(reply: Reply) -> Response:
+    return Response(
+        reply.json_bytes(),
+        reply.status,
+        headers={**SECURITY_HEADERS, "Cache-Control": "no-store"},
+        media_type="application/json",
     )
 
 
@@ -91,9 +159,4 @@ def _file(name: str) -> Response:
     if found is None:
         return Response("not found", 404, media_type="text/plain")
     content, content_type = found
-    return Response(content, headers=_SECURITY_HEADERS, media_type=content_type)
-
-
-def _authorized(request: Request, token: str) -> bool:
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+    return Response(content, headers=dict(SECURITY_HEADERS), media_type=content_type)

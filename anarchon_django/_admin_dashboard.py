@@ -19,7 +19,11 @@ loop. A forked child (gunicorn ``--preload``) notices the pid change and starts 
 **Permissions.** Viewing the dashboard needs the admin's view permission on history
 records; each action needs a model permission of :class:`~anarchon_django.models.
 HistoryRecord` (:data:`ACTION_PERMISSIONS`), checked here before the request reaches
-the API, so a crafted POST without it answers 403. ``api/jobs`` answers
+the API, so a crafted POST without it answers 403. Beyond Django's CSRF check (the page
+sends ``X-CSRFToken``), an action must carry a JSON body (415 otherwise) and come from
+the admin's own origin (403 for a cross-site ``Origin`` or ``Sec-Fetch-Site``; origins
+in ``CSRF_TRUSTED_ORIGINS`` pass), as :mod:`anarchon_core.http_guard` checks for every
+surface. ``api/jobs`` answers
 ``"actions": true`` only to users holding at least one of them. Every action goes
 through the store (``DashboardAPI`` → ``anarchon_core.operations``), exactly as the
 command line's.
@@ -37,12 +41,15 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from anarchon_core.backends import backend_from_url
 from anarchon_core.endpoints import DashboardAPI, Reply, dashboard_file
+from anarchon_core.http_guard import SECURITY_HEADERS, action_refusal
+from anarchon_core.redact import redact_text
 
 __all__ = [
     "ACTION_PERMISSIONS",
@@ -53,6 +60,7 @@ __all__ = [
     "may_act",
     "page_view",
     "required_permission",
+    "unavailable_reply",
 ]
 
 logger = logging.getLogger("anarchon.django.admin")
@@ -68,11 +76,18 @@ ACTION_PERMISSIONS = {
     "cancel": "anarchon_django.cancel_run",
 }
 
-_SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",  # CsrfViewMiddleware checks the Referer over HTTPS
-}
+# CsrfViewMiddleware checks the Referer over HTTPS, so the admin keeps it on its own origin.
+_SECURITY_HEADERS = {**SECURITY_HEADERS, "Referrer-Policy": "same-origin"}
+
+
+def unavailable_reply(url: str, exc: BaseException) -> Reply:
+    """The 503 for a ``BACKEND`` the dashboard cannot build: the reason, never a secret.
+
+    The error text may quote the URL (or a driver's echo of it), and staff users who
+    may read the dashboard need not be those who may read the settings.
+    """
+    error = redact_text(str(exc), url)
+    return Reply(503, {"status": "unavailable", "backend": "?", "error": error})
 
 
 class _LoopHost:
@@ -116,7 +131,7 @@ class _LoopHost:
             try:
                 backend = backend_from_url(url)
             except Exception as exc:  # a bad BACKEND: the checks report it too
-                return Reply(503, {"status": "unavailable", "backend": "?", "error": str(exc)})
+                return unavailable_reply(url, exc)
             self.endpoints = DashboardAPI(
                 backend,
                 allow_actions=True,  # gated per user by the views, before this point
@@ -231,6 +246,13 @@ def api_view(request: HttpRequest, path: str) -> HttpResponse:
         if not user.has_perm(needed):
             reply = Reply(403, {"error": f"you need the permission {needed!r} for this action"})
             return _json_response(reply)
+        refusal = action_refusal(
+            request.headers,
+            host=request.get_host(),
+            trusted_origins=getattr(settings, "CSRF_TRUSTED_ORIGINS", ()),
+        )
+        if refusal is not None:
+            return _json_response(refusal)
         request_by = f"django-admin:{user.get_username()}@{socket.gethostname()}"
         logger.info("%s: %s %s", user.get_username(), method, path)
     params: Mapping[str, str] = request.GET.dict()

@@ -2,17 +2,20 @@
 
 .. code-block:: python
 
-    from fastapi import FastAPI
+    from fastapi import Depends, FastAPI
     from anarchon_core import Scheduler
     from anarchon_fastapi import lifespan, router
 
     scheduler = Scheduler()  # $ANARCHON_BACKEND, else the embedded SQLite default
 
     app = FastAPI(lifespan=lifespan(scheduler))
-    app.include_router(router(), prefix="/anarchon")
+    app.include_router(router(dependencies=[Depends(require_operator)]), prefix="/anarchon")
 
 Each worker process is one instance; the shared store decides which one runs each
-slot. See ``docs/fastapi.md``. This package imports nothing of another adapter.
+slot. The router needs ``dependencies`` that authenticate (``require_operator`` is
+yours), or ``public=True`` for an unauthenticated read-only API. See
+``docs/fastapi.md`` and ``docs/security.md``. This package imports nothing of another
+adapter.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -11,17 +12,17 @@ from fastapi import APIRouter, Query, Request, params
 from fastapi.responses import Response
 
 from anarchon_core.endpoints import DashboardAPI, Reply, dashboard_file
+from anarchon_core.errors import ConfigurationError
+from anarchon_core.http_guard import SECURITY_HEADERS, action_refusal
+from anarchon_core.http_guard import trusted_origins as checked_origins
 
 from . import _models as m
 from ._lifespan import STORE_KEY, SharedStore
 
 __all__ = ["router"]
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+logger = logging.getLogger("anarchon.fastapi")
+
 TAG = "anarchon"
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": m.ErrorAnswer, "description": text}
@@ -30,6 +31,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (500, "an unexpected failure"),
         (501, "the store cannot do this (claim-only backends)"),
         (503, "the store is unavailable, or anarchon is not running in this app"),
+    )
+}
+_ACTION_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": m.ErrorAnswer, "description": text}
+    for code, text in (
+        (403, "actions are not enabled, or the request came from another site"),
+        (404, "no API at this path (a job name holding a '/')"),
+        (409, "no live instance has the job (trigger)"),
+        (415, "the body is not application/json"),
     )
 }
 # Query parameters are declared as text and checked by the core's DashboardAPI, so that a
@@ -50,23 +60,57 @@ def router(
     dashboard: bool = True,
     allow_actions: bool = False,
     dependencies: Sequence[params.Depends] | None = None,
+    public: bool = False,
+    insecure_no_auth: bool = False,
+    trusted_origins: Sequence[str] = (),
 ) -> APIRouter:
     """An ``APIRouter`` with the JSON API (``api/jobs``, ``api/runs``, ``api/instances``,
     ``api/health``) and, with ``dashboard``, the page at its root.
 
-    Include it with a prefix: ``app.include_router(router(), prefix="/anarchon")``; the
-    page is then at ``/anarchon/`` (``/anarchon`` redirects there). Every answer is read
-    from the shared store of the app's scheduler (started by :func:`lifespan`), so under
-    ``--workers N`` any worker answers the same.
+    Include it with a prefix: ``app.include_router(router(dependencies=[Depends(auth)]),
+    prefix="/anarchon")``; the page is then at ``/anarchon/`` (``/anarchon`` redirects
+    there). Every answer is read from the shared store of the app's scheduler (started
+    by :func:`lifespan`), so under ``--workers N`` any worker answers the same.
+
+    ``dependencies`` (e.g. ``[Depends(check_token)]``) guard every API route; the page
+    and its files carry no data and are served without them (a browser cannot add a
+    header to a page load). The API shows run errors, host names and process ids, so a
+    router without dependencies must say ``public=True``.
 
     ``allow_actions`` adds ``POST api/jobs/{job}/pause|resume|trigger`` and
     ``POST api/runs/cancel``; without it they answer 403 and are not in the OpenAPI
-    schema. ``dependencies`` (e.g. ``[Depends(check_token)]``) guard every API route;
-    the page and its files carry no data and are served without them (a browser cannot
-    add a header to a page load). Actions authenticated by cookies need CSRF protection
-    too: prefer a Bearer header (the page sends ``#token=…`` as one), or check the
-    ``X-CSRFToken`` header that the page sends from a ``csrftoken`` cookie.
+    schema. Actions need ``dependencies`` that authenticate, or the explicit opt-out
+    ``insecure_no_auth=True`` (anyone who reaches the app may then pause, trigger and
+    cancel jobs). Every action takes a JSON body (``415`` otherwise) from the page's
+    own origin (``403`` for a cross-site ``Origin`` or ``Sec-Fetch-Site``, unless the
+    origin is one of ``trusted_origins``, e.g. ``"https://ops.example.com"`` behind a
+    proxy that rewrites ``Host``), so a form or a script on another site cannot act
+    with a user's cookies.
+
+    :raises ConfigurationError: no ``dependencies`` and neither ``public`` nor, with
+        actions, ``insecure_no_auth``; a trusted origin that is not
+        ``scheme://host[:port]``.
     """
+    guarded = bool(dependencies)
+    if allow_actions and not guarded and not insecure_no_auth:
+        raise ConfigurationError(
+            "router(allow_actions=True) lets every caller pause, trigger and cancel jobs: "
+            "give dependencies=[Depends(...)] that authenticate the caller, or "
+            "insecure_no_auth=True to serve the actions to anyone who reaches the app"
+        )
+    if not guarded and not public and not insecure_no_auth:
+        raise ConfigurationError(
+            "router() serves run errors, host names and process ids: give "
+            "dependencies=[Depends(...)] that authenticate the caller, or public=True to "
+            "serve the read-only API to anyone who reaches the app"
+        )
+    if insecure_no_auth and not guarded:
+        logger.warning(
+            "anarchon_fastapi.router(insecure_no_auth=True): the API and its actions "
+            "(%s) are served without authentication",
+            "enabled" if allow_actions else "disabled",
+        )
+    trusted = checked_origins(trusted_origins)
     api = APIRouter(tags=[TAG], dependencies=list(dependencies or ()))
     endpoints: weakref.WeakKeyDictionary[SharedStore, DashboardAPI] = weakref.WeakKeyDictionary()
     requested_by = f"fastapi@{socket.gethostname()}"
@@ -83,8 +127,7 @@ def router(
                 handler = endpoints[store] = DashboardAPI(
                     store.backend, allow_actions=allow_actions, requested_by=requested_by
                 )
-            body = await request.body() if request.method == "POST" else b""
-            reply = await handler.handle(request.method, path, request.query_params, body)
+            reply = await _handle(request, handler, path, allow_actions, trusted)
         return Response(
             reply.json_bytes(),
             reply.status,
@@ -141,10 +184,7 @@ def router(
         return await answer(request, "health")
 
     # -- actions -----------------------------------------------------------------------
-    action_responses = {
-        **_ERRORS,
-        403: {"model": m.ErrorAnswer, "description": "actions are not enabled"},
-    }
+    action_responses = {**_ERRORS, **_ACTION_ERRORS}
     for verb, model, summary in (
         ("pause", m.PausedAnswer, "Pause a job on every instance from its next slot"),
         ("resume", m.PausedAnswer, "Resume a job from its next slot"),
@@ -158,12 +198,7 @@ def router(
         responses=action_responses,
         summary="Cancel a pending or running run",
         include_in_schema=allow_actions,
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": m.CancelRequest.model_json_schema()}},
-            }
-        },
+        openapi_extra=_json_body(m.CancelRequest.model_json_schema()),
     )
     async def cancel(request: Request) -> Response:
         return await answer(request, "runs/cancel")
@@ -190,6 +225,24 @@ def router(
     return outer
 
 
+async def _handle(
+    request: Request,
+    handler: DashboardAPI,
+    path: str,
+    allow_actions: bool,
+    trusted: tuple[str, ...],
+) -> Reply:
+    if request.method != "POST":
+        return await handler.handle(request.method, path, request.query_params)
+    if allow_actions:
+        refusal = action_refusal(
+            request.headers, host=request.headers.get("host"), trusted_origins=trusted
+        )
+        if refusal is not None:
+            return refusal
+    return await handler.handle(request.method, path, request.query_params, await request.body())
+
+
 def _add_action(
     api: APIRouter,
     answer: Callable[[Request, str], Awaitable[Response]],
@@ -211,7 +264,15 @@ def _add_action(
         responses=responses,
         summary=summary,
         include_in_schema=allowed,
+        openapi_extra=_json_body(
+            {"type": "object", "description": "any JSON object, e.g. {}; ignored"}
+        ),
     )
+
+
+def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
+    """A required JSON request body: actions take ``application/json`` only."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 def _file(name: str) -> Response:
@@ -219,4 +280,4 @@ def _file(name: str) -> Response:
     if found is None:
         return Response('{"error":"not found"}', 404, media_type="application/json")
     content, content_type = found
-    return Response(content, headers=SECURITY_HEADERS, media_type=content_type)
+    return Response(content, headers=dict(SECURITY_HEADERS), media_type=content_type)

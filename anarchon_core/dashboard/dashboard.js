@@ -150,7 +150,7 @@
   function askToken(usedToken, interactive) {
     if (token && token !== usedToken) return true; // another request already got a new one
     if (promptDeclined && !interactive) return false;
-    const t = window.prompt('This dashboard needs a token (anarchon dashboard --token). Token:');
+    const t = window.prompt('This dashboard needs its token. Token:');
     if (!t || !t.trim()) {
       promptDeclined = true;
       return false;
@@ -621,7 +621,7 @@
   async function runAction(btn) {
     const { action, job } = btn.dataset;
     let path = `api/jobs/${encodeURIComponent(job)}/${action}`;
-    let body;
+    let body = {}; // every action is a JSON POST: servers refuse any other content type
     if (action === 'cancel') {
       const slot = Number(btn.dataset.slot);
       if (!window.confirm(`Cancel the running run of ${job} (slot ${fmtTime(slot)})?`)) return;

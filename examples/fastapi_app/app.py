@@ -11,7 +11,8 @@ then open http://127.0.0.1:8000/anarchon/ for the dashboard. The store is
 SQLite file ``anarchon.sqlite3`` in the working directory, which the workers of one
 host share. With ``ANARCHON_DASHBOARD_TOKEN`` set, the API needs ``Authorization:
 Bearer <token>`` (open the page as ``/anarchon/#token=<token>``) and the dashboard's
-pause/resume/run-now/cancel buttons are enabled.
+pause/resume/run-now/cancel buttons are enabled; without it the API is read-only and
+public (``router(public=True)``).
 """
 
 from __future__ import annotations
@@ -71,16 +72,25 @@ TOKEN = os.environ.get("ANARCHON_DASHBOARD_TOKEN")
 
 
 def bearer_token(request: Request) -> None:
-    """Header auth: browsers never add it on their own, so actions need no CSRF token."""
+    """Header auth: browsers never add it on their own, so actions need no CSRF token.
+
+    Compared as bytes: ``hmac.compare_digest`` raises on non-ASCII text, which any
+    client can send.
+    """
+    assert TOKEN is not None
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if TOKEN and not (scheme.lower() == "bearer" and hmac.compare_digest(given, TOKEN)):
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode("utf-8", "surrogatepass"), TOKEN.encode()
+    ):
         raise HTTPException(401, "give Authorization: Bearer <token>")
 
 
-app.include_router(
-    router(allow_actions=bool(TOKEN), dependencies=[Depends(bearer_token)]),
-    prefix="/anarchon",
-)
+if TOKEN:  # the API and the actions behind the token
+    app.include_router(
+        router(allow_actions=True, dependencies=[Depends(bearer_token)]), prefix="/anarchon"
+    )
+else:  # read-only, for anyone who reaches the app: keep it on a private network
+    app.include_router(router(public=True), prefix="/anarchon")
 
 
 @app.get("/")

@@ -9,6 +9,7 @@ through the page, which the store must then record.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -89,9 +90,8 @@ def test_the_dashboard_shows_the_cluster_and_pauses_a_job(tmp_path: Path) -> Non
                 "--port",
                 str(port),
                 "--allow-actions",
-                "--token",
-                TOKEN,
             ],
+            env={**os.environ, "ANARCHON_DASHBOARD_TOKEN": TOKEN},
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -371,15 +371,83 @@ def test_prune_keeps_latest_and_counts(tmp_path: Path) -> None:
             await backend.close()
 
     asyncio.run(populate())
-    result = cli("prune", "--backend", url, "--older-than", "30m", cwd=tmp_path)
+    result = cli("prune", "--backend", url, "--older-than", "30m", "--all", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("4 history record(s) pruned")
+    assert "every job" in result.stdout
     remaining = read_history(url)
     assert sorted(r.job for r in remaining) == ["a", "b"]  # each job's latest record stays
-    again = cli("prune", "--backend", url, "--older-than", "30m", cwd=tmp_path)
+    again = cli("prune", "--backend", url, "--older-than", "30m", "--all", cwd=tmp_path)
     assert again.stdout.startswith("0 history record(s) pruned")
-    bad = cli("prune", "--backend", url, "--older-than", "7", cwd=tmp_path)
+    bad = cli("prune", "--backend", url, "--older-than", "7", "--all", cwd=tmp_path)
     assert bad.returncode == 2 and "bare number" in bad.stderr
+
+
+def _finished_runs(url: str, jobs: tuple[str, ...]) -> None:
+    """Three finished hourly runs of each job, the latest an hour ago."""
+
+    async def populate() -> None:
+        backend = backend_from_url(url)
+        await backend.open()
+        now = await backend.now_ms()
+        try:
+            for job in jobs:
+                for k in (3, 2, 1):
+                    slot = now - k * 3_600_000
+                    token = f"{job}{k}"
+                    await backend.claim(
+                        ClaimRequest(job, slot, Origin.SCHEDULE, token, "i", 10_000,
+                                     horizon_ms=10**9, skip_overlap=False)
+                    )  # fmt: skip
+                    assert await backend.finish(Lease(job, slot, 1, token), Status.SUCCESS)
+        finally:
+            await backend.close()
+
+    asyncio.run(populate())
+
+
+def _counts(url: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in read_history(url):
+        counts[record.job] = counts.get(record.job, 0) + 1
+    return counts
+
+
+def test_prune_needs_a_scope(tmp_path: Path) -> None:
+    """A store is shared by services: pruning every job must be asked for with --all."""
+    url = sqlite_url(tmp_path / "scope.sqlite3")
+    _finished_runs(url, ("a",))
+    none = cli("prune", "--backend", url, "--older-than", "30m", cwd=tmp_path)
+    assert none.returncode == 2
+    assert "which jobs to prune is required" in none.stderr
+    assert "--job NAME (repeatable), --namespace NS, or --all" in none.stderr
+    both = cli("prune", "--backend", url, "--older-than", "1m", "--all", "--job", "a",
+               cwd=tmp_path)  # fmt: skip
+    assert both.returncode == 2 and "--job and --all exclude each other" in both.stderr
+    colon = cli("prune", "--backend", url, "--older-than", "1m", "--namespace", "a:b",
+                cwd=tmp_path)  # fmt: skip
+    assert colon.returncode == 2 and "may not contain ':'" in colon.stderr
+    long = cli("prune", "--backend", url, "--older-than", "1m", "--job", "x" * 5000,
+               cwd=tmp_path)  # fmt: skip
+    assert long.returncode == 2 and "(5000 characters)" in long.stderr
+    assert len(long.stderr) < 500
+    assert _counts(url) == {"a": 3}  # nothing was pruned
+
+
+def test_prune_by_job_and_by_namespace(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "scoped.sqlite3")
+    _finished_runs(url, ("billing:sync", "billing:report", "shop:sync", "plain"))
+    jobs = cli("prune", "--backend", url, "--older-than", "30m", "--job", "plain",
+               "--job", "shop:sync", cwd=tmp_path)  # fmt: skip
+    assert jobs.returncode == 0, jobs.stderr
+    assert jobs.stdout.startswith("4 history record(s) pruned")
+    assert "plain, shop:sync" in jobs.stdout
+    assert _counts(url) == {"billing:sync": 3, "billing:report": 3, "shop:sync": 1, "plain": 1}
+    ns = cli("prune", "--backend", url, "--older-than", "30m", "--namespace", "billing",
+             cwd=tmp_path)  # fmt: skip
+    assert ns.returncode == 0, ns.stderr
+    assert ns.stdout.startswith("4 history record(s) pruned") and "namespace billing" in ns.stdout
+    assert _counts(url) == {"billing:sync": 1, "billing:report": 1, "shop:sync": 1, "plain": 1}
 
 
 def test_health_exit_codes(tmp_path: Path) -> None:

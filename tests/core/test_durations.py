@@ -6,7 +6,12 @@ import datetime as dt
 
 import pytest
 
-from anarchon_core.durations import format_duration_ms, parse_duration_ms
+from anarchon_core.durations import (
+    MAX_DURATION_MS,
+    format_duration_ms,
+    parse_duration_ms,
+    validate_ms,
+)
 from anarchon_core.errors import ConfigurationError
 
 
@@ -138,7 +143,7 @@ def test_format_is_canonical(ms: int, text: str) -> None:
     assert format_duration_ms(ms) == text
 
 
-@pytest.mark.parametrize("ms", [1, 999, 1000, 59_999, 61_001, 3_599_999, 86_399_999, 10**12 + 7])
+@pytest.mark.parametrize("ms", [1, 999, 1000, 59_999, 61_001, 3_599_999, 86_399_999, 10**11 + 7])
 def test_format_round_trips(ms: int) -> None:
     assert parse_duration_ms(format_duration_ms(ms)) == ms
 
@@ -148,3 +153,72 @@ def test_format_rejects_negative_and_non_integers() -> None:
         format_duration_ms(-1)
     with pytest.raises(TypeError):
         format_duration_ms(1.5)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def test_the_maximum_is_ten_years_and_is_accepted() -> None:
+    assert format_duration_ms(MAX_DURATION_MS) == "3650d"
+    assert parse_duration_ms("3650d") == MAX_DURATION_MS
+    assert parse_duration_ms(dt.timedelta(days=3650)) == MAX_DURATION_MS
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "3650d1ms",
+        "99999999999999999999d",
+        "9" * 60 + "ms",
+        dt.timedelta(days=3651),
+        dt.timedelta.max - dt.timedelta(microseconds=dt.timedelta.max.microseconds),
+    ],
+)
+def test_longer_than_the_maximum_is_refused_naming_the_bound(value: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"too long: at most 3650d"):
+        parse_duration_ms(value)  # type: ignore[arg-type]
+
+
+def test_a_tighter_maximum_is_named() -> None:
+    assert parse_duration_ms("7d", maximum=7 * 86_400_000) == 7 * 86_400_000
+    with pytest.raises(ConfigurationError, match="too long: at most 7d"):
+        parse_duration_ms("7d1ms", maximum=7 * 86_400_000)
+
+
+@pytest.mark.parametrize("value", ["1" * 10_000 + "s", "5m" * 5000, " " * 10_000, "x" * 10**6])
+def test_huge_strings_are_refused_quickly_and_quoted_briefly(value: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_duration_ms(value)
+    message = str(info.value)
+    assert f"({len(value)} characters)" in message
+    assert len(message) < 400
+
+
+def test_a_huge_bare_integer_is_quoted_briefly() -> None:
+    with pytest.raises(ConfigurationError, match="bare number") as info:
+        parse_duration_ms(10**5000)  # type: ignore[arg-type]
+    assert len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        (0, True),
+        (MAX_DURATION_MS, True),
+        (-1, False),
+        (MAX_DURATION_MS + 1, False),
+        (10**19, False),
+        (True, False),
+        (1.0, False),
+        ("1000", False),
+        (None, False),
+    ],
+)
+def test_validate_ms_names_the_setting_and_both_bounds(value: object, ok: bool) -> None:
+    if ok:
+        assert validate_ms(value, "grace_ms") == value
+        return
+    with pytest.raises(ConfigurationError) as info:
+        validate_ms(value, "grace_ms")
+    assert str(info.value).startswith("grace_ms = ")
+    assert f"from 0 to {MAX_DURATION_MS} (3650d)" in str(info.value)

@@ -448,3 +448,57 @@ def test_the_canonical_text_rebuilds_the_same_schedule(schedule: Schedule) -> No
 def test_text_that_is_not_canonical_is_refused(text: str) -> None:
     with pytest.raises(ConfigurationError, match="not the canonical text"):
         from_canonical(text)
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def test_slots_lie_between_the_years_100_and_9899() -> None:
+    """So that a slot plus or minus any duration (at most 3650d) is still a datetime."""
+    first, end = ms(100, 1, 1), ms(9900, 1, 1)
+    assert Every("1d").next_slot(first) == first + DAY
+    for slot in Every("3650d").slots_between(end - 4000 * DAY, end + DAY):  # none raises
+        assert end - 4000 * DAY < slot <= end
+    for schedule in (Every("1d"), Cron("0 0 * * *")):
+        with pytest.raises(ConfigurationError, match="from the year 100 to 9899"):
+            schedule.next_slot(first - 1)
+        with pytest.raises(ConfigurationError, match="from the year 100 to 9899"):
+            schedule.next_slot(end + 1)
+        with pytest.raises(ConfigurationError, match=r"no slot after .* before the year 9900"):
+            schedule.next_slot(end)
+        assert schedule.slots_between(end - 2 * DAY, end + 10 * DAY) == [end - DAY, end]
+
+
+def test_every_refuses_durations_beyond_ten_years() -> None:
+    assert Every("3650d").interval_ms == 3650 * DAY
+    with pytest.raises(ConfigurationError, match="interval '3651d' is not valid: it is too long"):
+        Every("3651d")
+    with pytest.raises(ConfigurationError, match="at most 3650d"):
+        Every(dt.timedelta(days=10**6))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "every/v1 interval_ms=99999999999999999999999999 offset_ms=0",
+        "every/v1 interval_ms=1000 offset_ms=99999999999999999999999999",
+        "every/v1 interval_ms=" + "9" * 5000 + " offset_ms=0",
+        "every/v1 interval_ms=0 offset_ms=0",
+        "cron/v1 " + "* " * 3000 + "tz=UTC day_or=1",
+        "cron/v1 * * * * * tz=Nowhere/City day_or=1",
+    ],
+)
+def test_from_canonical_refuses_forged_registry_text_clearly(text: str) -> None:
+    """The registry is read from the store: a forged entry must not break the dashboard."""
+    with pytest.raises(ConfigurationError) as info:
+        from_canonical(text)
+    assert len(str(info.value)) < 500
+
+
+def test_long_cron_expressions_and_zones_are_quoted_briefly() -> None:
+    with pytest.raises(ConfigurationError, match=r"longer than 1000 characters") as info:
+        Cron("0 " * 4000)
+    assert len(str(info.value)) < 500
+    with pytest.raises(ConfigurationError, match=r"\(5000 characters\)") as info:
+        Cron("0 * * * *", tz="Z" * 5000)
+    assert len(str(info.value)) < 300

@@ -317,6 +317,13 @@ def paused(backend: DjangoBackend, runner: asyncio.Runner) -> set[str]:
     return runner.run(backend.paused_jobs())
 
 
+def post_json(client: Client, path: str, body: Any = None, **headers: Any) -> Any:
+    """An action as the page sends it: a JSON body (``{}`` unless given)."""
+    return client.post(
+        api_url(path), json.dumps({} if body is None else body), "application/json", **headers
+    )
+
+
 def csrf_client(user: Any) -> tuple[Client, str]:
     """A client that checks CSRF as a browser's requests are checked, and its token."""
     client = Client(enforce_csrf_checks=True)
@@ -334,15 +341,15 @@ def test_actions_need_the_csrf_token(
     runner: asyncio.Runner,
 ) -> None:
     client, token = csrf_client(admin_user)
-    pause = api_url("jobs/shop.sync/pause")
-    assert client.post(pause).status_code == 403
-    assert client.post(pause, HTTP_X_CSRFTOKEN="forged" * 6).status_code == 403
+    pause = "jobs/shop.sync/pause"
+    assert post_json(client, pause).status_code == 403
+    assert post_json(client, pause, HTTP_X_CSRFTOKEN="forged" * 6).status_code == 403
     assert paused(backend, runner) == set()
-    response = client.post(pause, HTTP_X_CSRFTOKEN=token)
+    response = post_json(client, pause, HTTP_X_CSRFTOKEN=token)
     assert response.status_code == 200, response.content
     assert response.json() == {"job": "shop.sync", "paused": True}
     assert paused(backend, runner) == {"shop.sync"}
-    resume = client.post(api_url("jobs/shop.sync/resume"), HTTP_X_CSRFTOKEN=token)
+    resume = post_json(client, "jobs/shop.sync/resume", HTTP_X_CSRFTOKEN=token)
     assert resume.status_code == 200 and paused(backend, runner) == set()
 
 
@@ -362,12 +369,7 @@ def test_actions_need_the_model_permission(
         ("jobs/shop.sync/trigger", None),
         ("runs/cancel", {"job": "shop.sync", "slot": seeded["recent"]}),
     ):
-        response = client.post(
-            api_url(path),
-            json.dumps(body) if body else b"",
-            content_type="application/json",
-            HTTP_X_CSRFTOKEN=token,
-        )
+        response = post_json(client, path, body, HTTP_X_CSRFTOKEN=token)
         assert response.status_code == 403, (path, response.content)
         assert "permission" in response.json()["error"]
     assert paused(backend, runner) == set()
@@ -375,11 +377,11 @@ def test_actions_need_the_model_permission(
     staff.user_permissions.add(Permission.objects.get(codename="pause_job"))
     client.force_login(django_user_model.objects.get(pk=staff.pk))  # fresh permission cache
     assert client.get(api_url("jobs")).json()["actions"] is True
-    response = client.post(api_url("jobs/shop.sync/pause"), HTTP_X_CSRFTOKEN=token)
+    response = post_json(client, "jobs/shop.sync/pause", HTTP_X_CSRFTOKEN=token)
     assert response.status_code == 200, response.content
     assert paused(backend, runner) == {"shop.sync"}
     # pausing does not grant triggering
-    trigger = client.post(api_url("jobs/shop.sync/trigger"), HTTP_X_CSRFTOKEN=token)
+    trigger = post_json(client, "jobs/shop.sync/trigger", HTTP_X_CSRFTOKEN=token)
     assert trigger.status_code == 403
 
 
@@ -387,7 +389,7 @@ def test_a_trigger_names_the_operator_in_the_store(
     admin_user: Any, seeded: dict[str, int], dashboard: None
 ) -> None:
     client, token = csrf_client(admin_user)
-    response = client.post(api_url("jobs/shop.sync/trigger"), HTTP_X_CSRFTOKEN=token)
+    response = post_json(client, "jobs/shop.sync/trigger", HTTP_X_CSRFTOKEN=token)
     assert response.status_code == 200, response.content
     from anarchon_django.models import Run
 
@@ -407,12 +409,99 @@ def test_a_cancel_goes_through_the_store(
     slot = seeded["recent"] + MINUTE
     runner.run(record(backend, "shop.report", slot, Status.RUNNING))
     client, token = csrf_client(admin_user)
-    response = client.post(
-        api_url("runs/cancel"),
-        json.dumps({"job": "shop.report", "slot": slot}),
-        content_type="application/json",
-        HTTP_X_CSRFTOKEN=token,
+    response = post_json(
+        client, "runs/cancel", {"job": "shop.report", "slot": slot}, HTTP_X_CSRFTOKEN=token
     )
     assert response.status_code == 200, response.content
     assert response.json() == {"job": "shop.report", "slot": slot, "cancelled": True}
     assert HistoryRecord.objects.get(job="shop.report", slot=slot).status == "cancelled"
+
+
+# -- hostile requests --------------------------------------------------------------------
+def test_actions_refuse_cross_site_and_non_json_requests(
+    admin_user: Any,
+    seeded: dict[str, int],
+    dashboard: None,
+    backend: DjangoBackend,
+    runner: asyncio.Runner,
+) -> None:
+    """Beyond Django's CSRF check: even with a valid token, a superuser's action must be
+    a same-origin JSON request."""
+    client, token = csrf_client(admin_user)
+    cancel = json.dumps({"job": "shop.sync", "slot": seeded["recent"]})
+    for content_type, headers, status in (
+        ("text/plain", {}, 415),
+        ("application/x-www-form-urlencoded", {}, 415),
+        ("multipart/form-data; boundary=x", {}, 415),
+        ("application/json", {"HTTP_SEC_FETCH_SITE": "cross-site"}, 403),
+        ("application/json", {"HTTP_SEC_FETCH_SITE": "same-site"}, 403),
+        ("text/plain", {"HTTP_ORIGIN": "https://evil.example"}, 403),  # Django's CSRF too
+        ("application/json", {"HTTP_ORIGIN": "http://evil.example"}, 403),
+    ):
+        for path in ("jobs/shop.sync/pause", "jobs/shop.sync/trigger", "runs/cancel"):
+            response = client.post(
+                api_url(path), cancel, content_type, HTTP_X_CSRFTOKEN=token, **headers
+            )
+            assert response.status_code == status, (path, content_type, headers)
+    assert paused(backend, runner) == set()
+    from anarchon_django.models import Run
+
+    assert not Run.objects.filter(job="shop.sync", state="pending").exists()
+    same = {"HTTP_ORIGIN": "http://testserver", "HTTP_SEC_FETCH_SITE": "same-origin"}
+    response = post_json(client, "jobs/shop.sync/pause", HTTP_X_CSRFTOKEN=token, **same)
+    assert response.status_code == 200, response.content
+
+
+def test_hostile_action_requests_never_act(
+    django_user_model: Any,
+    admin_user: Any,
+    seeded: dict[str, int],
+    dashboard: None,
+    backend: DjangoBackend,
+    runner: asyncio.Runner,
+) -> None:
+    """Fuzz: any content type, origin, fetch site and user; only a permitted same-origin
+    JSON request may act, and nothing here is one."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    staff = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_historyrecord"))
+    clients = {"viewer": csrf_client(staff), "admin": csrf_client(admin_user)}
+    statuses: set[int] = set()
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        who=st.sampled_from(sorted(clients)),
+        path=st.sampled_from(["jobs/shop.sync/pause", "jobs/shop.sync/trigger", "runs/cancel"]),
+        content_type=st.sampled_from(
+            ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", ""]
+        )
+        | st.text(max_size=30),
+        origin=st.none() | st.sampled_from(["https://evil.example", "null", "http://testserver"]),
+        fetch_site=st.none() | st.sampled_from(["cross-site", "same-site", "same-origin"]),
+        body=st.binary(max_size=64),
+    )
+    def hostile(
+        who: str,
+        path: str,
+        content_type: str,
+        origin: str | None,
+        fetch_site: str | None,
+        body: bytes,
+    ) -> None:
+        if "json" in content_type.lower():
+            content_type = "text/plain"  # only the JSON ones may act
+        client, token = clients[who]
+        headers = {"HTTP_X_CSRFTOKEN": token}
+        if origin is not None:
+            headers["HTTP_ORIGIN"] = origin
+        if fetch_site is not None:
+            headers["HTTP_SEC_FETCH_SITE"] = fetch_site
+        response = client.generic("POST", api_url(path), body, content_type, **headers)
+        assert response.status_code in (400, 403, 415), (response.status_code, response.content)
+        statuses.add(response.status_code)
+
+    hostile()
+    assert paused(backend, runner) == set()
+    assert {403, 415} <= statuses

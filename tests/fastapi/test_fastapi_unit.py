@@ -27,6 +27,8 @@ from anarchon_core.errors import ConfigurationError
 from anarchon_fastapi import SchedulerDep, lifespan, router
 from anarchon_fastapi._models import HealthAnswer, InstancesAnswer, JobsAnswer, RunsAnswer
 
+JSON = {"Content-Type": "application/json"}
+
 
 def make_scheduler(backend: Any = None, **kwargs: Any) -> Scheduler:
     kwargs.setdefault("heartbeat_ms", 100)
@@ -149,7 +151,7 @@ def test_router_lifespan_alternative() -> None:
     jobs = APIRouter(lifespan=lifespan(scheduler))
     app = FastAPI(lifespan=app_lifespan)
     app.include_router(jobs)
-    app.include_router(router(), prefix="/anarchon")
+    app.include_router(router(public=True), prefix="/anarchon")
 
     @app.get("/who")
     async def who(s: SchedulerDep) -> str:
@@ -190,6 +192,9 @@ async def test_shutdown_hands_over_within_the_grace_period() -> None:
 
 # -- the router ----------------------------------------------------------------------------
 def api_app(scheduler: Scheduler, **options: Any) -> FastAPI:
+    """The scheduler's app with the router: public (read-only) unless ``options`` say."""
+    if not options.get("dependencies") and not options.get("insecure_no_auth"):
+        options.setdefault("public", True)
     app = FastAPI(lifespan=lifespan(scheduler))
     app.include_router(router(**options), prefix="/anarchon")
     return app
@@ -227,9 +232,9 @@ def test_actions_are_refused_and_undocumented_unless_allowed() -> None:
     scheduler.every("report", "1h", lambda ctx: None)
     with TestClient(api_app(scheduler)) as client:
         for path, body in (
-            ("jobs/report/pause", None),
-            ("jobs/report/resume", None),
-            ("jobs/report/trigger", None),
+            ("jobs/report/pause", {}),
+            ("jobs/report/resume", {}),
+            ("jobs/report/trigger", {}),
             ("runs/cancel", {"job": "report", "slot": 0}),
         ):
             refused = client.post(f"/anarchon/api/{path}", json=body)
@@ -248,22 +253,25 @@ def test_actions_are_refused_and_undocumented_unless_allowed() -> None:
 def test_actions_when_allowed() -> None:
     scheduler = make_scheduler()
     scheduler.every("report", "1h", lambda ctx: None)
-    with TestClient(api_app(scheduler, allow_actions=True)) as client:
+    app = api_app(scheduler, allow_actions=True, insecure_no_auth=True)
+    with TestClient(app) as client:
         assert client.get("/anarchon/api/jobs").json()["actions"] is True
-        paused = client.post("/anarchon/api/jobs/report/pause")
+        paused = client.post("/anarchon/api/jobs/report/pause", json={})
         assert paused.json() == {"job": "report", "paused": True}
         assert client.get("/anarchon/api/jobs").json()["jobs"][0]["paused"] is True
-        assert client.post("/anarchon/api/jobs/report/resume").json()["paused"] is False
-        trigger = client.post("/anarchon/api/jobs/report/trigger").json()
+        assert client.post("/anarchon/api/jobs/report/resume", json={}).json()["paused"] is False
+        trigger = client.post("/anarchon/api/jobs/report/trigger", json={}).json()
         assert trigger["job"] == "report" and isinstance(trigger["slot"], int)
         cancel = client.post("/anarchon/api/runs/cancel", json={"job": "report", "slot": 1})
         assert cancel.json() == {"job": "report", "slot": 1, "cancelled": False}
-        bad = client.post("/anarchon/api/runs/cancel", content=b"{}")
+        bad = client.post("/anarchon/api/runs/cancel", content=b"{}", headers=JSON)
         assert bad.status_code == 400 and "cancel body" in bad.json()["error"]
         assert client.get("/anarchon/api/jobs/report/pause").status_code == 405
         paths = client.get("/openapi.json").json()["paths"]
         assert "/anarchon/api/jobs/{job}/trigger" in paths
-        assert "requestBody" in paths["/anarchon/api/runs/cancel"]["post"]
+        for path in ("/anarchon/api/runs/cancel", "/anarchon/api/jobs/{job}/pause"):
+            body = paths[path]["post"]["requestBody"]
+            assert body["required"] is True and list(body["content"]) == ["application/json"]
 
 
 def test_the_dashboard_page_and_files() -> None:
@@ -294,7 +302,7 @@ def test_auth_dependencies_guard_the_api_not_the_page() -> None:
     app = api_app(make_scheduler(), allow_actions=True, dependencies=[Depends(bearer)])
     with TestClient(app) as client:
         assert client.get("/anarchon/api/jobs").status_code == 401
-        assert client.post("/anarchon/api/jobs/x/pause").status_code == 401
+        assert client.post("/anarchon/api/jobs/x/pause", json={}).status_code == 401
         assert client.get("/anarchon/api/nothing").status_code == 401
         auth = {"Authorization": "Bearer s3cret"}
         assert client.get("/anarchon/api/jobs", headers=auth).status_code == 200
@@ -303,7 +311,7 @@ def test_auth_dependencies_guard_the_api_not_the_page() -> None:
 
 def test_without_the_lifespan_the_router_and_dependency_answer_503() -> None:
     app = FastAPI()
-    app.include_router(router(), prefix="/anarchon")
+    app.include_router(router(public=True), prefix="/anarchon")
 
     @app.get("/who")
     async def who(s: SchedulerDep) -> str:
@@ -370,7 +378,90 @@ def test_the_example_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         jobs = client.get("/anarchon/api/jobs", headers=auth).json()
         assert jobs["actions"] is True
         assert {j["job"] for j in jobs["jobs"]} == {"cache.refresh", "reports.daily"}
-        paused = client.post("/anarchon/api/jobs/reports.daily/pause", headers=auth)
+        for hostile in ("Bearer t0kén".encode(), b"Bearer \xff\xfe", "Bearer 令牌".encode()):
+            refused = client.get("/anarchon/api/jobs", headers={"Authorization": hostile})  # type: ignore[dict-item]
+            assert refused.status_code == 401
+        paused = client.post("/anarchon/api/jobs/reports.daily/pause", headers=auth, json={})
         assert paused.json() == {"job": "reports.daily", "paused": True}
         assert client.get("/anarchon/").status_code == 200
     assert not example.scheduler.running
+
+
+# -- hostile requests ----------------------------------------------------------------------
+def test_a_router_without_authentication_is_refused_at_construction(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"dependencies=\[Depends.*public=True"):
+        router()
+    with pytest.raises(ConfigurationError, match=r"dependencies=\[Depends.*insecure_no_auth=True"):
+        router(allow_actions=True)
+    with pytest.raises(ConfigurationError, match="insecure_no_auth=True"):
+        router(allow_actions=True, public=True)
+    with pytest.raises(ConfigurationError, match="public=True"):
+        router(dependencies=[])
+    with pytest.raises(ConfigurationError, match="trusted origin 'ops\\.example\\.com'"):
+        router(public=True, trusted_origins=["ops.example.com"])
+    router(public=True)
+    router(dependencies=[Depends(session_cookie)])
+    router(allow_actions=True, dependencies=[Depends(session_cookie)])
+    assert not caplog.records
+    router(allow_actions=True, insecure_no_auth=True)
+    assert "without authentication" in caplog.text
+
+
+def session_cookie(request: Request) -> None:
+    """Cookie authentication, which a browser attaches to cross-site requests too."""
+    if request.cookies.get("session") != "operator":
+        raise HTTPException(401, "log in")
+
+
+def test_a_cross_site_request_cannot_act_with_a_users_cookie() -> None:
+    scheduler = make_scheduler()
+    scheduler.every("report", "1h", lambda ctx: None)
+    app = api_app(scheduler, allow_actions=True, dependencies=[Depends(session_cookie)])
+    cancel = b'{"job": "report", "slot": 0}'
+    with TestClient(app, cookies={"session": "operator"}) as client:
+        for headers, status in (
+            ({"Content-Type": "text/plain", "Origin": "https://evil.example"}, 403),
+            ({**JSON, "Origin": "https://evil.example"}, 403),
+            ({**JSON, "Origin": "https://testserver.evil.example"}, 403),
+            ({**JSON, "Origin": "null"}, 403),
+            ({**JSON, "Sec-Fetch-Site": "cross-site"}, 403),
+            ({**JSON, "Origin": "http://testserver", "Sec-Fetch-Site": "same-site"}, 403),
+            ({"Content-Type": "text/plain"}, 415),
+            ({"Content-Type": "multipart/form-data; boundary=x"}, 415),
+            ({}, 415),
+        ):
+            for path in ("jobs/report/pause", "jobs/report/trigger", "runs/cancel"):
+                answer = client.post(f"/anarchon/api/{path}", content=cancel, headers=headers)
+                assert answer.status_code == status, (path, headers, answer.text)
+                assert "error" in answer.json()
+        assert client.get("/anarchon/api/jobs").json()["jobs"][0]["paused"] is False
+        time.sleep(0.3)  # a trigger would have run within a heartbeat
+        assert client.get("/anarchon/api/runs?job=report").json()["runs"] == []
+
+        same = {**JSON, "Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+        answer = client.post("/anarchon/api/jobs/report/pause", content=b"{}", headers=same)
+        assert answer.json() == {"job": "report", "paused": True}
+        charset = {"Content-Type": "Application/JSON; charset=utf-8"}
+        answer = client.post("/anarchon/api/runs/cancel", content=cancel, headers=charset)
+        assert answer.json() == {"job": "report", "slot": 0, "cancelled": False}
+
+
+def test_trusted_origins_pass_the_origin_check() -> None:
+    scheduler = make_scheduler()
+    scheduler.every("report", "1h", lambda ctx: None)
+    app = api_app(
+        scheduler,
+        allow_actions=True,
+        dependencies=[Depends(session_cookie)],
+        trusted_origins=["https://ops.example.com"],
+    )
+    with TestClient(app, cookies={"session": "operator"}) as client:
+        trusted = {**JSON, "Origin": "https://ops.example.com"}
+        assert client.post("/anarchon/api/jobs/report/pause", json={}, headers=trusted).is_success
+        other = {**JSON, "Origin": "https://ops.example.com.evil.example"}
+        assert (
+            client.post("/anarchon/api/jobs/report/pause", json={}, headers=other).status_code
+            == 403
+        )

@@ -2,8 +2,9 @@
 
 Configured by the JSON in ``$ANARCHON_FASTAPI_SPEC``: ``backend``, ``events`` (a file
 every process appends JSON lines to, ``O_APPEND`` keeping lines whole), ``scheduler``
-(keyword arguments), ``jobs`` (``name``, ``every``, ``sleep_s``, options), ``grace_ms``
-and ``allow_actions``. Each worker process imports this module and is one instance.
+(keyword arguments), ``jobs`` (``name``, ``every``, ``sleep_s``, ``kind``: ``sync``,
+``async`` or ``fail``, options), ``grace_ms`` and ``allow_actions``. Each worker process
+imports this module and is one instance.
 
 The app's own lifespan opens a "pool" and records when; every handler records whether
 the pool was open, so the tests see the order of start-up and shut-down.
@@ -47,6 +48,13 @@ scheduler = Scheduler(SPEC["backend"], **SPEC.get("scheduler", {}))
 
 
 def make_handler(sleep_s: float, kind: str) -> Any:
+    if kind == "fail":  # every run fails, so the history holds errors
+
+        def failing(ctx: RunContext) -> None:
+            emit(e="start", origin=str(ctx.origin), job=ctx.job, slot=ctx.slot, attempt=1)
+            raise ValueError(f"run {ctx.slot} of {ctx.job} failed on purpose")
+
+        return failing
     if kind == "async":  # cancelled at the end of the grace period, and awaited
 
         async def async_handler(ctx: RunContext) -> None:
@@ -103,7 +111,12 @@ async def observed(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
 
 
 app = FastAPI(lifespan=observed)
-app.include_router(router(allow_actions=SPEC.get("allow_actions", False)), prefix="/anarchon")
+# A test server on loopback: the read API is public, and actions (when the spec enables
+# them) are served without authentication, said as loudly as the router asks.
+actions = SPEC.get("allow_actions", False)
+app.include_router(
+    router(allow_actions=actions, public=True, insecure_no_auth=actions), prefix="/anarchon"
+)
 
 
 @app.middleware("http")
