@@ -20,6 +20,7 @@ from celery.schedules import crontab, schedule, solar  # type: ignore[import-unt
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import validate_option_keys
 from anarchon_core.names import JOB_NAME_FORM, validate_job_name
+from anarchon_core.scheduler import DEFAULT_CANDIDATES, check_candidates
 from anarchon_core.schedules import Cron, Every, Schedule
 
 __all__ = ["EntryPlan", "Settings", "cron_expression", "job_name", "plan_entry", "read_settings"]
@@ -46,6 +47,7 @@ class Settings:
     catch_up: str | None
     entries: Mapping[str, Mapping[str, Any]]
     grace_ms: int
+    candidates: int | None
     task_id: str
     instance_id: str | None
     allow_local_tz: bool
@@ -107,6 +109,9 @@ def read_settings(app: Any, *, default_backend: str) -> Settings:
         raise ConfigurationError(
             f"anarchon_grace_ms = {grace!r} is not valid: give milliseconds as an int >= 0"
         )
+    candidates = check_candidates(
+        _conf(app, "anarchon_candidates", DEFAULT_CANDIDATES), "anarchon_candidates"
+    )
     task_id = _conf(app, "anarchon_task_id", "deterministic")
     if task_id not in TASK_ID_MODES:
         raise ConfigurationError(
@@ -130,6 +135,7 @@ def read_settings(app: Any, *, default_backend: str) -> Settings:
         catch_up=catch_up,
         entries=entries,
         grace_ms=grace,
+        candidates=candidates,
         task_id=task_id,
         instance_id=instance_id,
         allow_local_tz=allow_local,

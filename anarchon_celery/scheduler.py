@@ -193,6 +193,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             namespace=settings.namespace,
             instance_id=settings.instance_id,
             grace_ms=settings.grace_ms,
+            candidates=settings.candidates,
             **defaults,
         )
         catch_up = settings.catch_up

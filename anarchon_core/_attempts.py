@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._execution import describe_exception, start_handler
-from ._support import EngineConfig, EngineLog, retry_store
-from .backend import Backend, Lease
+from ._support import Coalescer, EngineConfig, EngineLog, retry_store
+from .backend import Backend, FinishRequest, Lease
 from .context import RunContext
 from .job import Job
 from .records import Origin, Status
@@ -30,6 +31,8 @@ from .records import Origin, Status
 __all__ = ["Attempt", "Attempts"]
 
 MAX_META_BYTES = 1024
+#: Most finishes sent to the store in one request.
+MAX_FINISH_BATCH = 500
 
 
 @dataclass(eq=False)
@@ -66,6 +69,8 @@ class Attempts:
         self._lease = backend.capabilities.lease
         #: One timer for every held attempt's self-fence, set for the soonest.
         self._fence_timer: asyncio.TimerHandle | None = None
+        #: The finishes of one event-loop iteration go to the store as one request.
+        self._finishes = Coalescer(self._finish_one, backend.finish_many, MAX_FINISH_BATCH)
 
     def start(
         self,
@@ -107,7 +112,7 @@ class Attempts:
                     if reason == "fence"
                     else "past the slot's horizon",
                 )
-                self._track(asyncio.ensure_future(self._give_back(attempt)))
+                self._track(asyncio.ensure_future(self._give_back(job, lease)))
                 return None
             self.held[(lease.job, lease.slot)] = attempt
             self._arm_self_fence(attempt)
@@ -118,19 +123,23 @@ class Attempts:
         task.add_done_callback(self.tasks.discard)
         return task
 
-    async def _give_back(self, attempt: Attempt) -> None:
+    async def give_back(self, won: Sequence[tuple[Job, Lease]]) -> None:
+        """Release won attempts that will not be started here (see :meth:`_give_back`)."""
+        await asyncio.gather(*(self._give_back(job, lease) for job, lease in won))
+
+    async def _give_back(self, job: Job, lease: Lease) -> None:
         """Release a won attempt that was not started, so that its lease (fenced by its
         token, possibly taken over already) does not keep the run, and the job's next
         slots, blocked until it expires; a backup takes it over at once, or ends it
         past its horizon. A failed release only means waiting for the expiry."""
         try:
-            await self.backend.release(attempt.lease)
+            await self.backend.release(lease)
         except Exception as exc:
-            self.telemetry.store_error("release", attempt.job.store_name)
+            self.telemetry.store_error("release", job.store_name)
             self.log.warn(
-                attempt.job,
-                attempt.lease.slot,
-                attempt.lease.attempt,
+                job,
+                lease.slot,
+                lease.attempt,
                 "could not release the attempt not started (it expires): %s",
                 exc,
             )
@@ -271,10 +280,9 @@ class Attempts:
         meta = bounded_meta(attempt.ctx.meta)
         job, lease = attempt.job, attempt.lease
         attempt.finishing = True
+        request = FinishRequest(lease, status, error, meta, retry_in)
         ok = await retry_store(
-            lambda: self.backend.finish(
-                lease, status, error=error, meta=meta, retry_in_ms=retry_in
-            ),
+            lambda: self._finishes.call(request),
             what="finish",
             config=self.config,
             log=self.log,
@@ -292,6 +300,15 @@ class Attempts:
             )
             return False
         return True
+
+    async def _finish_one(self, request: FinishRequest) -> bool:
+        return await self.backend.finish(
+            request.lease,
+            request.status,
+            error=request.error,
+            meta=request.meta,
+            retry_in_ms=request.retry_in_ms,
+        )
 
     def _signal(self, attempt: Attempt, reason: str) -> None:
         attempt.ctx._cancel(reason)

@@ -1,8 +1,9 @@
 """The asyncio engine: slot loops, claims, catch-up, takeovers, pruning, stop.
 
 One :class:`Engine` lives between ``Scheduler.start()`` and ``stop()``. It runs one
-task per job that sleeps to each slot (plus jitter) and sends its claim in a task of its
-own (a claim retried through an outage must not hold up the next slots), one task that
+timer for every job that sleeps to the next due slot (plus jitter) and sends the claims
+due together as one request, in a task of its own (a claim retried through an outage
+must not hold up the next slots), one task that
 sweeps the store for runs to continue (expired leases and due retries: the *backup*
 role of SPEC §4.6, batched for all jobs), and one that prunes history. Won attempts
 are handed to :class:`~anarchon_core._attempts.Attempts`, which runs them and keeps
@@ -15,18 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import importlib.metadata
+import itertools
 import os
 import random
 import secrets
 import socket
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from ._alarm import Alarm
 from ._attempts import Attempts
+from ._candidates import Candidates, Role, unit_interval
 from ._support import EngineConfig, EngineLog, retry_store
 from .backend import (
     EARLY_TOLERANCE_MS,
@@ -61,51 +64,47 @@ SKEW_LOG_STEP_MS = 1000
 DRAIN_RECANCEL_S = 1.0
 #: How long stop() waits to leave the registry.
 REGISTRY_STOP_TIMEOUT_S = 2.0
+#: How long stop() waits for the answers of claims and takeovers in flight, to give
+#: back what they won (a request still unanswered then leaves its lease to expire).
+STOP_REQUEST_WAIT_S = 2.0
 #: Prune history at most this often per instance.
 PRUNE_EVERY_S = 3600.0
-#: Most slot claims an engine starts per event-loop iteration (see :class:`Pacer`).
-CLAIMS_PER_TURN = 8
+#: Most due runs the slot loop takes per event-loop iteration: a burst of 10,000 jobs due
+#: at one instant is handed on in portions, so an application that shares the loop (a
+#: web server) is polled between them.
+DUE_PER_TURN = 256
+#: Most claims sent to the store in one request.
+MAX_CLAIM_BATCH = 500
+#: A watcher claims this long after the candidates' jitter window has closed.
+WATCH_AFTER_MS = 250
 
 
-class Pacer:
-    """Lets at most ``per_turn`` callers through per event-loop iteration, in order.
+@dataclass(slots=True)
+class _Run:
+    """A run this instance is about to claim, and the token it claims it with."""
 
-    Many jobs due at one instant (1,000 jobs ``every("10s")`` without jitter) wake their
-    loops in one iteration; claiming them all there would hold the loop for tens of
-    milliseconds while the application that shares it (a web server) waits. Paced,
-    the loop polls its sockets between portions: the claims leave a few milliseconds
-    later instead, which is well within any horizon.
-    """
+    job: Job
+    slot: int
+    origin: Origin
+    horizon: int
+    jitter: int
+    skip_overlap: bool
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    sent: float | None = None
+    """When (loop time) the current token was first sent: self-fencing counts from it."""
 
-    def __init__(self, per_turn: int) -> None:
-        self.per_turn = per_turn
-        self._used = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._next: asyncio.Handle | None = None
-
-    def turn(self) -> asyncio.Future[None] | None:
-        """``None`` to go on now, or a future to await first."""
-        loop = asyncio.get_running_loop()
-        if self._next is None:
-            self._next = loop.call_soon(self._next_turn)
-        if not self._waiters and self._used < self.per_turn:
-            self._used += 1
-            return None
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(waiter)
-        return waiter
-
-    def _next_turn(self) -> None:
-        """The next iteration: a fresh allowance, first for those who wait."""
-        self._next = None
-        self._used = 0
-        while self._waiters and self._used < self.per_turn:
-            waiter = self._waiters.popleft()
-            if not waiter.done():  # else cancelled while waiting (a stop)
-                waiter.set_result(None)
-                self._used += 1
-        if self._used:  # they run in the next iteration, which gets its own allowance
-            self._next = asyncio.get_running_loop().call_soon(self._next_turn)
+    def request(self, instance_id: str, lease_ms: int) -> ClaimRequest:
+        return ClaimRequest(
+            job=self.job.store_name,
+            slot=self.slot,
+            origin=self.origin,
+            token=self.token,
+            instance_id=instance_id,
+            lease_ms=lease_ms,
+            horizon_ms=self.horizon,
+            skip_overlap=self.skip_overlap,
+            fingerprint=self.job.fingerprint,
+        )
 
 
 class Engine:
@@ -122,13 +121,24 @@ class Engine:
         self._lease = backend.capabilities.lease
         self._loops: set[asyncio.Future[Any]] = set()
         self._heartbeat: asyncio.Future[Any] | None = None
+        #: Claims and takeovers in flight, each with how to read the leases its answer
+        #: won: a stop that cuts off their caller gives those leases back.
+        self._requests: dict[asyncio.Future[Any], Callable[[Any], list[Lease]]] = {}
         self._started_at = config.clock()
         #: Set when the store turned out unusable after a background start (not an outage).
         self.failed: BaseException | None = None
         self._reported_mismatches: set[str] = set()
         self._logged_skew: int | None = None
-        self._pacer = Pacer(CLAIMS_PER_TURN)
-        self._alarm = Alarm()  # the job loops' sleeps to their slots
+        #: Who claims which run (every instance, without a registry view).
+        self.candidates = Candidates(
+            config.candidates if self._lease else None,
+            config.instance_id,
+            stale_after_ms=config.lease_ms,
+        )
+        #: Slots passed without a claim (not a candidate), by job: claimed after all
+        #: if their candidates leave the registry within the slot's horizon.
+        self._passed: dict[str, deque[int]] = {}
+        self._jitter_seed = random.getrandbits(64)  # seeded by simulations
 
     @property
     def stats(self) -> Counter[str]:
@@ -176,8 +186,8 @@ class Engine:
         self._start_loops()
 
     def _start_loops(self) -> None:
+        self._spawn(self._slot_loop())
         for job in self.jobs.values():
-            self._spawn(self._job_loop(job))
             if self._lease and job.options.catch_up != "none":
                 self._spawn(self._catch_up(job))
         if self._lease:
@@ -202,15 +212,13 @@ class Engine:
         for task in list(self._loops):
             if task is not self._heartbeat:  # runs keep their leases until handed over
                 task.cancel()
-        try:
-            if self.attempts.tasks:
-                await asyncio.wait(set(self.attempts.tasks), timeout=grace_ms / 1000)
-            await self.attempts.hand_over()
-            if self._heartbeat is not None:
-                self._heartbeat.cancel()
-            await self._drain({*self._loops, *self.attempts.tasks})
-        finally:  # the job loops are cancelled: even if this stop is, leave no timer on a
-            self._alarm.close()  # loop that runs on (a web app's)
+        cut_off = await self._give_back_cut_requests()
+        if self.attempts.tasks:
+            await asyncio.wait(set(self.attempts.tasks), timeout=grace_ms / 1000)
+        await self.attempts.hand_over()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        await self._drain({*self._loops, *self.attempts.tasks, *cut_off})
         self.attempts.close()  # every attempt has ended: no self-fence is due any more
         if self.failed is None:
             try:
@@ -221,6 +229,46 @@ class Engine:
             except Exception as exc:  # it expires on its own after one lease
                 self.log.warn(None, None, None, "could not leave the instance registry: %s", exc)
         await self.backend.close()
+
+    async def _give_back_cut_requests(self) -> set[asyncio.Future[Any]]:
+        """Wait briefly for the claims and takeovers whose callers the stop cancelled,
+        and release what they won: nothing here will run it, and a won lease left to
+        expire would block its run, and the job's next slots, for a whole lease. Returns
+        the requests still unanswered (cancelled: their leases, if any, expire)."""
+        requests, self._requests = self._requests, {}
+        if not requests:
+            return set()
+        done, pending = await asyncio.wait(requests, timeout=STOP_REQUEST_WAIT_S)
+        for request in pending:
+            request.cancel()
+        won = [
+            lease
+            for request in done
+            if not request.cancelled() and request.exception() is None
+            for lease in requests[request](request.result())
+        ]
+        if self._lease:
+            await self.attempts.give_back([(self.jobs[lease.job], lease) for lease in won])
+        else:  # a claim-only store has no takeover: the run is not run
+            for lease in won:
+                self.log.warn(self.jobs[lease.job], lease.slot, 1, "won while stopping: not run")
+        return pending
+
+    async def _uncut(self, call: Awaitable[T], won: Callable[[T], list[Lease]]) -> T:
+        """Await a store request that may start leases; a stop that cancels the caller
+        does not cut the request off: it reads the answer and gives ``won(answer)``
+        back (see :meth:`_give_back_cut_requests`)."""
+        request = asyncio.ensure_future(call)
+        self._requests[request] = won
+        try:
+            answer = await asyncio.shield(request)
+        except asyncio.CancelledError:
+            raise  # the stop reads the answer
+        except BaseException:
+            self._requests.pop(request, None)
+            raise
+        self._requests.pop(request, None)
+        return answer
 
     @staticmethod
     async def _drain(tasks: set[asyncio.Future[Any]]) -> None:
@@ -263,33 +311,102 @@ class Engine:
         self.skew_ms = sample
         self.telemetry.skew(sample)
 
-    async def _job_loop(self, job: Job) -> None:
-        slot = job.schedule.next_slot(self.now())
-        previous: int | None = None
-        reported: int | None = None
-        while True:
+    async def _slot_loop(self) -> None:
+        """One timer for every job: wake at the next due instant, hand the due runs on.
+
+        A heap holds each job's next slot at the time this instance acts on it: the slot
+        plus its jitter. Due, a run is claimed if this instance is one of its candidates,
+        pushed back to the end of the jitter window if it is the watcher, and noted as
+        passed otherwise. The runs due at one instant leave as one batched claim, in a
+        task of its own (a slow or retried claim must not hold up the next slots).
+        """
+        heap: list[tuple[int, int, Job, int, bool]] = []
+        order = itertools.count()  # ties leave in the order they were pushed
+        reported: dict[str, int] = {}
+
+        def push(job: Job, slot: int, previous: int | None) -> None:
             # The gap the cluster waits through now (for `every`, the interval): what a
-            # "did not run for 2 intervals" alert compares the last success with. A
-            # gauge keeps its value: it is set again only when the gap changes.
+            # "did not run for 2 intervals" alert compares the last success with.
             gap = slot - previous if previous is not None else job.schedule.next_slot(slot) - slot
-            if gap != reported:
+            if reported.get(job.store_name) != gap:
                 self.telemetry.job_interval(job.store_name, gap / 1000)
-                reported = gap
-            bound = job.jitter_bound_ms(slot)
-            jitter = random.randint(0, bound) if bound > 0 else 0
-            delay = slot + jitter - self.now()
+                reported[job.store_name] = gap
+            jitter = self._jitter(job, slot)
+            heapq.heappush(heap, (slot + jitter, next(order), job, slot, False))
+
+        now = self.now()
+        for job in self.jobs.values():
+            push(job, job.schedule.next_slot(now), None)
+        while heap:
+            delay = heap[0][0] - self.now()
             if delay > 0:
-                await self._alarm.sleep(delay / 1000)
-            paced = self._pacer.turn()
-            if paced is not None:
-                await paced
-            horizon = job.horizon_ms(slot)
-            if self.now() > slot + horizon + HORIZON_MARGIN_MS:
-                self.telemetry.abandoned(job.store_name)
-                self.log.warn(job, slot, None, "slot abandoned: past its horizon of %d ms", horizon)
-            else:  # a slow or retried claim must not hold up the job's next slots
-                self._spawn(self._claim(job, slot, Origin.SCHEDULE, horizon, jitter))
-            previous, slot = slot, job.schedule.next_slot(slot)
+                await asyncio.sleep(delay / 1000)
+            now = self.now()
+            due: list[_Run] = []
+            taken = 0
+            while heap and heap[0][0] <= now and taken < DUE_PER_TURN:
+                taken += 1
+                at, _, job, slot, watching = heapq.heappop(heap)
+                if not watching:
+                    push(job, job.schedule.next_slot(slot), slot)
+                    role = self.candidates.role(job.store_name, slot, now)
+                    if role == Role.WATCHER:
+                        end = slot + job.jitter_bound_ms(slot) + WATCH_AFTER_MS
+                        watch_at = min(end, slot + job.horizon_ms(slot) // 2)
+                        heapq.heappush(heap, (max(watch_at, at), next(order), job, slot, True))
+                        continue
+                    if role == Role.NONE:
+                        self._pass(job, slot, now)
+                        continue
+                run = self._due_run(job, slot, at - slot, now)  # the wait past the slot
+                if run is not None:
+                    due.append(run)
+            for start in range(0, len(due), MAX_CLAIM_BATCH):
+                self._spawn(self._claim_runs(due[start : start + MAX_CLAIM_BATCH]))
+            if heap and heap[0][0] <= now:  # more due: let the loop poll its sockets first
+                await asyncio.sleep(0)
+
+    def _jitter(self, job: Job, slot: int) -> int:
+        """This instance's jitter for ``slot``: one fraction per (instance, slot), scaled
+        to each job's bound, so the claims of the jobs due at one instant leave together."""
+        bound = job.jitter_bound_ms(slot)
+        return int(unit_interval(self._jitter_seed, slot) * (bound + 1)) if bound > 0 else 0
+
+    def _due_run(self, job: Job, slot: int, jitter: int, now: int) -> _Run | None:
+        """The claim of a due slot, or ``None`` if it is already past its horizon."""
+        horizon = job.horizon_ms(slot)
+        if now > slot + horizon + HORIZON_MARGIN_MS:
+            self.telemetry.abandoned(job.store_name)
+            self.log.warn(job, slot, None, "slot abandoned: past its horizon of %d ms", horizon)
+            return None
+        return _Run(job, slot, Origin.SCHEDULE, horizon, jitter, job.options.overlap == "skip")
+
+    def _pass(self, job: Job, slot: int, now: int) -> None:
+        """Note a slot left to its candidates, forgetting those past their horizon."""
+        passed = self._passed.setdefault(job.store_name, deque())
+        while passed and passed[0] + job.horizon_ms(passed[0]) < now:
+            passed.popleft()
+        passed.append(slot)
+
+    def _rescue(self, now: int) -> None:
+        """Claim the passed slots that this instance is a candidate or watcher of now
+        that instances left the registry: their candidates may have died before them."""
+        runs = []
+        for name, passed in self._passed.items():
+            job = self.jobs[name]
+            left: deque[int] = deque()
+            for slot in passed:
+                if slot + job.horizon_ms(slot) < now:
+                    continue
+                if self.candidates.role(name, slot, now) == Role.NONE:
+                    left.append(slot)  # still another's: this instance may be next
+                elif (run := self._due_run(job, slot, 0, now)) is not None:
+                    runs.append(run)
+            self._passed[name] = left
+        if runs:
+            self.log.info(None, None, None, "claiming %d slot(s) of departed instances", len(runs))
+        for start in range(0, len(runs), MAX_CLAIM_BATCH):
+            self._spawn(self._claim_runs(runs[start : start + MAX_CLAIM_BATCH]))
 
     async def _catch_up(self, job: Job) -> None:
         """Claim, in slot order and one at a time, the slots missed since the last record.
@@ -346,55 +463,80 @@ class Engine:
         *,
         skip_overlap: bool | None = None,
     ) -> asyncio.Task[Any] | None:
-        """Claim one run; start it if won. Returns the run's task when this instance won.
+        """Claim one run; start it if won. Returns the run's task when this instance won."""
+        overlap = (job.options.overlap == "skip") if skip_overlap is None else skip_overlap
+        (task,) = await self._claim_runs([_Run(job, slot, origin, horizon, jitter, overlap)])
+        return task
 
-        A lost reply is retried with the same token, and the attempt's self-fence
-        deadline counts from the first send: the store may have started the lease then.
-        On a lease store an answer ``EARLY`` wrote nothing, so the claim sent again at the
-        slot is a new one, with a new token (a late copy of the first can then never pass
-        for it and its lease). A claim-only store may keep an early claim (a stream
-        entry) and recognise the same token at the slot.
+    async def _claim_runs(self, runs: list[_Run]) -> list[asyncio.Task[Any] | None]:
+        """Claim runs in one store request; start the won ones. One task (or ``None``)
+        per run, in order.
+
+        A lost reply is retried with the same tokens, and each attempt's self-fence
+        deadline counts from its first send: the store may have started the lease then.
+        Once the earliest horizon of the batch has passed, its runs are abandoned and
+        the rest retried. On a lease store an answer ``EARLY`` wrote nothing, so a claim
+        sent again at the slot is a new one, with a new token (a late copy of the first
+        can then never pass for it and its lease). A claim-only store may keep an early
+        claim (a stream entry) and recognise the same token at the slot.
         """
         loop = asyncio.get_running_loop()
-        token = secrets.token_hex(16)
-        while True:
-            request = ClaimRequest(
-                job=job.store_name,
-                slot=slot,
-                origin=origin,
-                token=token,
-                instance_id=self.config.instance_id,
-                lease_ms=self.config.lease_ms,
-                horizon_ms=horizon,
-                skip_overlap=(job.options.overlap == "skip")
-                if skip_overlap is None
-                else skip_overlap,
-                fingerprint=job.fingerprint,
-            )
-            sent = loop.time()
+        tasks: dict[int, asyncio.Task[Any] | None] = {}
+        pending = runs
+        while pending:
+            for run in pending:
+                if run.sent is None:
+                    run.sent = loop.time()
+            requests = [r.request(self.config.instance_id, self.config.lease_ms) for r in pending]
+            deadline = min(r.slot + r.horizon for r in pending)
+            single = pending[0] if len(pending) == 1 else None
             answer = await self._retry(
-                functools.partial(self._timed_claim, request),
+                functools.partial(self._timed_claims, requests),
                 what="claim",
-                deadline=slot + horizon,
-                job=job,
-                slot=slot,
+                deadline=deadline,
+                job=single.job if single else None,
+                slot=single.slot if single else None,
             )
-            claim, latency = answer or (Claim(Outcome.EXPIRED), None)
-            self.telemetry.claim(job.store_name, claim.outcome, latency)
-            if claim.outcome != Outcome.EARLY:
-                break
-            if self._lease:
-                token = secrets.token_hex(16)
-            await asyncio.sleep(max(slot - (claim.store_now or slot), 10) / 1000)
+            if answer is None:  # the earliest horizon passed: the later ones are retried
+                cutoff = max(deadline, self.now())
+                for run in pending:
+                    if run.slot + run.horizon <= cutoff:
+                        self.telemetry.claim(run.job.store_name, Outcome.EXPIRED, None)
+                        tasks[id(run)] = self._settle(run, Claim(Outcome.EXPIRED), None)
+                pending = [r for r in pending if id(r) not in tasks]
+                continue
+            claims, latency = answer
+            early = []
+            wait = 10
+            for run, claim in zip(pending, claims, strict=True):
+                self.telemetry.claim(run.job.store_name, claim.outcome, latency)
+                if claim.outcome == Outcome.EARLY:
+                    early.append(run)
+                    wait = max(run.slot - (claim.store_now or run.slot), wait)
+                else:
+                    tasks[id(run)] = self._settle(run, claim, latency)
+            pending = early
+            if early:
+                for run in early:
+                    run.sent = None
+                    if self._lease:
+                        run.token = secrets.token_hex(16)
+                await asyncio.sleep(wait / 1000)
+        return [tasks[id(run)] for run in runs]
+
+    def _settle(self, run: _Run, claim: Claim, latency: float | None) -> asyncio.Task[Any] | None:
+        """Act on a claim's answer: start a won attempt, log why anything else ran nothing."""
+        job, slot = run.job, run.slot
         if claim.outcome == Outcome.WON:
-            lease = Lease(job.store_name, slot, claim.attempt, token)
+            assert run.sent is not None
+            lease = Lease(job.store_name, slot, claim.attempt, run.token)
             return self.attempts.start(
                 job,
                 lease,
-                origin,
-                jitter,
-                sent=sent,
-                horizon_end=slot + horizon,
+                run.origin,
+                run.jitter,
+                sent=run.sent,
+                horizon_end=slot + run.horizon,
                 store_now=_store_now_at_most(claim, latency),
             )
         if claim.outcome in (Outcome.SKIPPED, Outcome.PAUSED):
@@ -405,24 +547,31 @@ class Engine:
             self.log.warn(job, slot, 1, "not started: the claim's lease lapsed before its answer")
         return None
 
-    async def _timed_claim(self, request: ClaimRequest) -> tuple[Claim, float]:
-        """One claim and its round trip in seconds, sampling the skew (store − local).
+    async def _timed_claims(self, requests: list[ClaimRequest]) -> tuple[list[Claim], float]:
+        """The claims' answers and their round trip in seconds, sampling the skew
+        (store − local) from the first answer.
 
         A slow answer (a pool wait, a reconnect) says nothing about the clocks: its
         midpoint could be seconds off, so such samples are dropped.
         """
         loop = asyncio.get_running_loop()
         sent, sent_at = self.now(), loop.time()
-        claim = await self.backend.claim(request)
+        call = (
+            _listed(self.backend.claim(requests[0]))
+            if len(requests) == 1
+            else self.backend.claim_many(requests)
+        )
+        claims = await self._uncut(call, functools.partial(_won_leases, requests))
         latency = loop.time() - sent_at
         received = self.now()
+        first = claims[0].store_now if claims else None
         if (
-            claim.store_now is not None
+            first is not None
             and self.backend.capabilities.store_clock
             and received - sent <= SKEW_SAMPLE_MAX_RTT_MS
         ):
-            self._observe_skew(claim.store_now - (sent + received) // 2)
-        return claim, latency
+            self._observe_skew(first - (sent + received) // 2)
+        return claims, latency
 
     # -- backups -------------------------------------------------------------------
     async def _sweep_loop(self) -> None:
@@ -464,7 +613,9 @@ class Engine:
         # Repeated with the same token after an ambiguous failure, it answers WON again
         # while the lease it started is live (LAPSED after).
         answer = await self._retry(
-            lambda: _timed(self.backend.take_over(request)),
+            lambda: _timed(
+                self._uncut(self.backend.take_over(request), lambda c: _won_leases([request], [c]))
+            ),
             what="takeover",
             deadline=run.slot + horizon,
             job=job,
@@ -516,8 +667,13 @@ class Engine:
                 await self.backend.register(
                     replace(info, skew_ms=self.skew_ms), self.config.lease_ms
                 )
-                if periods % MISMATCH_CHECK_PERIODS == 0:
-                    await self._check_fingerprints()
+                ranking = self.candidates.k is not None
+                if ranking or periods % MISMATCH_CHECK_PERIODS == 0:
+                    live = await self.backend.instances()
+                    if ranking:
+                        self._new_view(live)
+                    if periods % MISMATCH_CHECK_PERIODS == 0:
+                        self._check_fingerprints(live)
             except CapabilityError as exc:  # a store without a registry: nothing to refresh
                 self.log.warn(None, None, None, "no instance registry: %s", exc)
                 return
@@ -527,12 +683,22 @@ class Engine:
             periods += 1
             await asyncio.sleep(self.config.heartbeat_ms / 1000)
 
-    async def _check_fingerprints(self) -> None:
+    def _new_view(self, live: list[InstanceInfo]) -> None:
+        """Rank by a fresh registry read; rescue the passed slots of departed instances.
+
+        An instance leaves the registry one lease after its last refresh, so its slots
+        are rescued at most ``lease_ms + heartbeat_ms`` after it died.
+        """
+        now = self.now()
+        departed = self.candidates.update((i.instance_id for i in live), now)
+        if departed:
+            self.log.info(None, None, None, "instance(s) left the registry: %s", sorted(departed))
+            self._rescue(now)
+
+    def _check_fingerprints(self, live: list[InstanceInfo]) -> None:
         """Warn when live replicas disagree about one of our jobs (a rolling deploy)."""
         mismatches = {
-            job: prints
-            for job, prints in fingerprint_mismatches(await self.backend.instances()).items()
-            if job in self.jobs
+            job: prints for job, prints in fingerprint_mismatches(live).items() if job in self.jobs
         }
         changed = mismatches.keys() != self._reported_mismatches
         self.telemetry.fingerprints(self.jobs, set(mismatches), changed=changed)
@@ -547,6 +713,14 @@ class Engine:
         self._reported_mismatches = set(mismatches)
 
     async def _prune_loop(self) -> None:
+        """Apply this instance's retention to its own jobs only.
+
+        Services sharing a store each keep their own retention: pruning every job in
+        the store with this instance's bound would delete other services' history.
+        """
+        mine = sorted(job.store_name for job in self.jobs.values())
+        if not mine:
+            return
         await asyncio.sleep(random.uniform(10, 60))
         # A run record must outlive every horizon it can still be claimed within.
         keep = max(
@@ -559,7 +733,7 @@ class Engine:
         )
         while True:
             try:
-                deleted = await self.backend.prune(self.now() - keep)
+                deleted = await self.backend.prune(self.now() - keep, jobs=mine)
                 if deleted:
                     self.log.info(None, None, None, "pruned %d history record(s)", deleted)
             except Exception as exc:
@@ -595,6 +769,21 @@ async def _timed(call: Awaitable[T]) -> tuple[T, float]:
     sent = loop.time()
     answer = await call
     return answer, loop.time() - sent
+
+
+async def _listed(call: Awaitable[T]) -> list[T]:
+    return [await call]
+
+
+def _won_leases(
+    requests: Sequence[ClaimRequest | TakeoverRequest], claims: Sequence[Claim]
+) -> list[Lease]:
+    """The leases that ``claims``, the answers to ``requests``, won."""
+    return [
+        Lease(request.job, request.slot, claim.attempt, request.token)
+        for request, claim in zip(requests, claims, strict=True)
+        if claim.outcome == Outcome.WON
+    ]
 
 
 def _store_now_at_most(claim: Claim, latency: float | None) -> int | None:

@@ -6,16 +6,17 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .backend import wall_clock_ms
 from .errors import SchemaVersionError
 from .job import Job
 from .telemetry import Telemetry
 
-__all__ = ["EngineConfig", "EngineLog", "retry_store"]
+__all__ = ["Coalescer", "EngineConfig", "EngineLog", "retry_store"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -27,6 +28,8 @@ class EngineConfig:
     logger: logging.Logger
     clock: Callable[[], int] = wall_clock_ms
     telemetry: Telemetry = field(default_factory=Telemetry)
+    #: Instances that claim each run (``None``: every instance); see ``_candidates``.
+    candidates: int | None = None
 
 
 class EngineLog:
@@ -128,3 +131,60 @@ async def retry_store(
             config.telemetry.store_retry(operation)
             await asyncio.sleep(wait)
             delay = min(delay * 2, max_delay_s)
+
+
+class Coalescer(Generic[R, T]):
+    """Sends the single calls made in one event-loop iteration as one batch call.
+
+    A hundred runs that end together (their slot was the same) would otherwise make a
+    hundred store round trips; their finishes go as one ``finish_many`` instead. A
+    batch that fails fails every call in it, and each caller retries on its own: the
+    retries of one iteration form a batch again.
+    """
+
+    def __init__(
+        self,
+        single: Callable[[R], Awaitable[T]],
+        batch: Callable[[list[R]], Awaitable[list[T]]],
+        limit: int,
+    ) -> None:
+        self._single = single
+        self._batch = batch
+        self._limit = limit
+        self._queue: list[tuple[R, asyncio.Future[T]]] = []
+        self._flush_soon: asyncio.Handle | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def call(self, item: R) -> T:
+        """``item``'s answer, sent with whatever else is called in this iteration."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.append((item, future))
+        if self._flush_soon is None:
+            self._flush_soon = loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        self._flush_soon = None
+        queue, self._queue = self._queue, []
+        for start in range(0, len(queue), self._limit):
+            task = asyncio.ensure_future(self._send(queue[start : start + self._limit]))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(self, calls: list[tuple[R, asyncio.Future[T]]]) -> None:
+        try:
+            if len(calls) == 1:
+                answers = [await self._single(calls[0][0])]
+            else:
+                answers = await self._batch([item for item, _ in calls])
+        except BaseException as exc:
+            for _, future in calls:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), answer in zip(calls, answers, strict=True):
+            if not future.done():  # else its caller was cancelled
+                future.set_result(answer)

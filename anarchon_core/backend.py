@@ -20,15 +20,18 @@ Backends convert driver errors to :class:`~anarchon_core.errors.BackendUnavailab
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .errors import CapabilityError, ConfigurationError
+from .names import validate_namespace
 from .records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from .redact import brief
 
 __all__ = [
     "EARLY_TOLERANCE_MS",
@@ -42,13 +45,17 @@ __all__ = [
     "Claim",
     "ClaimRequest",
     "DueRun",
+    "FinishRequest",
     "InstanceInfo",
     "Lease",
+    "PruneScope",
     "TakeoverRequest",
     "bound_error",
     "instance_json",
     "wall_clock_ms",
 ]
+
+T = TypeVar("T")
 
 #: The layout version every store records; a store holding a newer one is refused.
 SCHEMA_VERSION = 1
@@ -142,6 +149,17 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """One attempt's outcome for :meth:`Backend.finish_many` (see :meth:`Backend.finish`)."""
+
+    lease: Lease
+    status: Status
+    error: str | None = None
+    meta: dict[str, Any] | None = None
+    retry_in_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DueRun:
     """A run some instance must continue or start.
 
@@ -203,6 +221,56 @@ class InstanceInfo:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PruneScope:
+    """The jobs a :meth:`Backend.prune` may touch: the given store names, one namespace, or all.
+
+    A store is shared by services (each with its own ``namespace``) and each decides the
+    retention of its own jobs, so pruning is scoped; only ``anarchon prune --all`` prunes
+    every job. A namespace holds no ``:`` (:mod:`anarchon_core.names`), so the store
+    names of namespace ``ns`` are exactly those starting with ``"ns:"``.
+    """
+
+    jobs: frozenset[str] | None = None
+    """Only these store names (empty: nothing)."""
+    prefix: str | None = None
+    """Only the store names starting with this (``"{namespace}:"``)."""
+
+    @classmethod
+    def of(cls, jobs: Collection[str] | None = None, namespace: str | None = None) -> PruneScope:
+        """Validate :meth:`Backend.prune`'s ``jobs`` and ``namespace`` (at most one of them).
+
+        :raises ConfigurationError: both given, ``jobs`` is a single string, or the
+            namespace is not valid.
+        """
+        if jobs is not None and namespace is not None:
+            raise ConfigurationError("prune takes jobs or a namespace, not both")
+        if namespace is not None:
+            return cls(prefix=f"{validate_namespace(namespace)}:")
+        if jobs is None:
+            return cls()
+        names = [] if isinstance(jobs, str) else list(jobs)
+        if isinstance(jobs, str) or not all(isinstance(job, str) for job in names):
+            raise ConfigurationError(
+                f"prune jobs {brief(jobs)} is not valid: give a collection of store names"
+            )
+        return cls(jobs=frozenset(names))
+
+    @property
+    def everything(self) -> bool:
+        return self.jobs is None and self.prefix is None
+
+    def matches(self, job: str) -> bool:
+        """Whether the store name ``job`` is in scope."""
+        if self.jobs is not None:
+            return job in self.jobs
+        return self.prefix is None or job.startswith(self.prefix)
+
+    def select(self, jobs: Collection[str]) -> list[str]:
+        """The store names of ``jobs`` in scope, sorted."""
+        return sorted(job for job in jobs if self.matches(job))
+
+
 class Backend(ABC):
     """One store. Instances are used from one event loop; methods are coroutines."""
 
@@ -249,6 +317,18 @@ class Backend(ABC):
         expired: the attempt must not start, and a backup takes the run over.
         """
 
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """Claim several runs in one store request; one answer per request, in order.
+
+        Each request is decided exactly as :meth:`claim` would decide it alone, in the
+        order given (two requests of one job see each other: a won run makes a later
+        one ``SKIPPED`` under ``skip_overlap``). The batch is not atomic: each decision
+        stands on its own. An error means no answer is known for any request; a retry
+        with the same tokens is safe, as for one claim. This default sends the claims
+        concurrently; stores override it with one round trip.
+        """
+        return await _all_or_raise([self.claim(request) for request in requests])
+
     # -- lease operations (lease backends) -----------------------------------------
     async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
         """Extend each lease to ``now + lease_ms``, in one batched store call.
@@ -277,6 +357,22 @@ class Backend(ABC):
         and status returns ``True``.
         """
         raise self._no_lease("finish")
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
+        """:meth:`finish` for several attempts in one store request, answers in order.
+
+        Each is fenced by its own token exactly as alone. An error means no answer is
+        known for any of them; repeating them is safe (a repeated finish answers
+        ``True``). This default sends them concurrently; stores override it.
+        """
+        return await _all_or_raise(
+            [
+                self.finish(
+                    r.lease, r.status, error=r.error, meta=r.meta, retry_in_ms=r.retry_in_ms
+                )
+                for r in requests
+            ]
+        )
 
     async def release(self, lease: Lease) -> bool:
         """Hand the run over: end this attempt as ``interrupted`` and expire the lease now.
@@ -328,13 +424,26 @@ class Backend(ABC):
         meanwhile sort before it, so paging never repeats or skips one.
         """
 
-    async def prune(self, older_than_ms: int) -> int:
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
         """Delete terminal records of slots older than ``older_than_ms`` (epoch ms).
 
+        Only the jobs in scope (see :class:`PruneScope`): the store names in ``jobs``, or
+        those of ``namespace`` (``"{namespace}:..."``); neither means every job in the
+        store, which only an explicit ``anarchon prune --all`` asks for. Records of other
+        jobs are never touched, so services sharing a store keep their own retention.
         Never deletes a job's latest record, its latest scheduled or catch-up run (the
         start of catch-up), nor any non-terminal record. Returns the number of history
         records deleted.
+
+        :raises ConfigurationError: both ``jobs`` and ``namespace``, or a bad namespace.
         """
+        PruneScope.of(jobs, namespace)
         return 0
 
     # -- operations (lease backends) ------------------------------------------------
@@ -392,6 +501,19 @@ class Backend(ABC):
             f"{self.name} is a claim-only backend and has no {feature}; "
             f"use a lease backend ({LEASE_BACKENDS}) for it"
         )
+
+
+async def _all_or_raise(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every call's answer in order, or the first error once all have ended.
+
+    Waiting for all before raising leaves no call running unobserved: a batch that is
+    retried must not race with a copy of itself still in flight.
+    """
+    answers = await asyncio.gather(*calls, return_exceptions=True)
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+    return answers  # type: ignore[return-value]
 
 
 def bound_error(text: str | None) -> str | None:

@@ -24,7 +24,16 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
-from .backend import Backend, Claim, ClaimRequest, DueRun, InstanceInfo, Lease, TakeoverRequest
+from .backend import (
+    Backend,
+    Claim,
+    ClaimRequest,
+    DueRun,
+    FinishRequest,
+    InstanceInfo,
+    Lease,
+    TakeoverRequest,
+)
 from .errors import BackendUnavailable, ConfigurationError
 from .records import HistoryQuery, RunRecord, Status
 
@@ -183,6 +192,10 @@ class FaultyBackend(Backend):
     async def claim(self, request: ClaimRequest) -> Claim:
         return await self._call("claim", lambda: self.inner.claim(request))
 
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        # One request to the store: the fault plan hits the batch as a whole.
+        return await self._call("claim", lambda: self.inner.claim_many(requests))
+
     async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
         return await self._call("heartbeat", lambda: self.inner.heartbeat(leases, lease_ms))
 
@@ -202,6 +215,9 @@ class FaultyBackend(Backend):
             ),
         )
 
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
+        return await self._call("finish", lambda: self.inner.finish_many(requests))
+
     async def release(self, lease: Lease) -> bool:
         return await self._call("release", lambda: self.inner.release(lease))
 
@@ -217,8 +233,16 @@ class FaultyBackend(Backend):
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
         return await self._call("other", lambda: self.inner.history(query))
 
-    async def prune(self, older_than_ms: int) -> int:
-        return await self._call("other", lambda: self.inner.prune(older_than_ms))
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
+        return await self._call(
+            "other", lambda: self.inner.prune(older_than_ms, jobs=jobs, namespace=namespace)
+        )
 
     async def set_paused(self, job: str, paused: bool) -> None:
         await self._call("other", lambda: self.inner.set_paused(job, paused))

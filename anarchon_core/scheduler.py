@@ -20,14 +20,16 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import operations
+from ._candidates import DEFAULT_CANDIDATES, MAX_CANDIDATES, check_candidates
 from ._engine import Engine, EngineConfig
 from .backend import LEASE_BACKENDS, Backend, InstanceInfo, wall_clock_ms
 from .backends import DEFAULT_URL, backend_from_url
-from .durations import parse_duration_ms
+from .durations import MAX_DURATION_MS, parse_duration_ms, validate_ms
 from .errors import CapabilityError, ConfigurationError, SchedulerStateError
-from .job import Handler, Job, JobOptions, validate_option_keys
+from .job import Handler, Job, JobOptions, check_retries, validate_option_keys
 from .names import validate_namespace
 from .records import HistoryQuery, RunRecord, Status
+from .redact import brief
 from .schedules import Cron, Every, Schedule
 from .telemetry import Telemetry
 
@@ -35,12 +37,24 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
     from prometheus_client import CollectorRegistry
 
-__all__ = ["Scheduler"]
+__all__ = [
+    "DEFAULT_CANDIDATES",
+    "MAX_CANDIDATES",
+    "MAX_HEARTBEAT_MS",
+    "MAX_INSTANCE_ID_LENGTH",
+    "Scheduler",
+    "check_candidates",
+]
 
 H = TypeVar("H", bound=Handler)
 T = TypeVar("T")
 
 logger = logging.getLogger("anarchon")
+
+#: The longest ``instance_id``: it is stored with every history record.
+MAX_INSTANCE_ID_LENGTH = 200
+#: The longest heartbeat: the default lease (3 heartbeats) must be a valid duration.
+MAX_HEARTBEAT_MS = MAX_DURATION_MS // 3
 
 #: Options that only lease backends honour; naming one explicitly on a claim-only
 #: backend is an error at start (the defaults degrade silently, as documented).
@@ -71,6 +85,12 @@ class Scheduler:
     ``opentelemetry-api`` every handler call is a span of ``tracer_provider``
     (default: the global one); see :mod:`anarchon_core.telemetry`.
 
+    ``candidates`` is how many instances claim each run (``None``: every instance):
+    on lease stores the live instances of the registry are ranked per run by a hash,
+    the top ``candidates`` claim at the slot and the next one after the jitter window
+    (see ``docs/concepts.md``). Claim-only stores have no registry: every instance
+    claims there.
+
     ``clock`` is the wall clock the engine reads, in epoch ms (default: the system's).
     Sleeps and self-fencing follow the event loop's clock, so a test that runs the loop
     on virtual time passes a clock derived from it (:class:`anarchon_core.testing.LoopClock`).
@@ -86,6 +106,7 @@ class Scheduler:
         lease_ms: int | None = None,
         history_retention: str | dt.timedelta = "7d",
         grace_ms: int = 10_000,
+        candidates: int | None = DEFAULT_CANDIDATES,
         enabled: bool | None = None,
         metrics_registry: CollectorRegistry | None = None,
         tracer_provider: TracerProvider | None = None,
@@ -102,9 +123,14 @@ class Scheduler:
         self.instance_id = given or default_instance_id()
         #: The pid that minted the default instance id (None when the id was given).
         self._minted_by: int | None = None if given else os.getpid()
-        self.heartbeat_ms = _positive_ms("heartbeat_ms", heartbeat_ms)
+        # The default lease is 3 heartbeats, and it must fit the duration bound too.
+        self.heartbeat_ms = validate_ms(
+            heartbeat_ms, "heartbeat_ms", minimum=1, maximum=MAX_HEARTBEAT_MS
+        )
         self.lease_ms = (
-            3 * self.heartbeat_ms if lease_ms is None else _positive_ms("lease_ms", lease_ms)
+            3 * self.heartbeat_ms
+            if lease_ms is None
+            else validate_ms(lease_ms, "lease_ms", minimum=1, optional=True)
         )
         if self.lease_ms < 2 * self.heartbeat_ms:
             raise ConfigurationError(
@@ -112,10 +138,11 @@ class Scheduler:
                 f"({2 * self.heartbeat_ms}) so that one late heartbeat does not lose the run"
             )
         self.history_retention_ms = parse_duration_ms(history_retention, what="history_retention")
-        self.grace_ms = _nonnegative_ms("grace_ms", grace_ms)
+        self.grace_ms = validate_ms(grace_ms, "grace_ms")
+        self.candidates = check_candidates(candidates)
         self.enabled = env_enabled() if enabled is None else bool(enabled)
         checked = validate_option_keys(job_defaults, "Scheduler")
-        self._defaults = JobOptions(**checked)
+        self._defaults = check_retries(JobOptions(**checked), "Scheduler")
         self._explicit_defaults = frozenset(checked)
         self._jobs: dict[str, Job] = {}
         self._engine: Engine | None = None
@@ -124,7 +151,7 @@ class Scheduler:
         self.tracer_provider = tracer_provider
         if clock is not None and not callable(clock):
             raise ConfigurationError(
-                f"clock {clock!r} is not valid: give a function that returns epoch ms"
+                f"clock {brief(clock)} is not valid: give a function that returns epoch ms"
             )
         self.clock: Callable[[], int] = clock or wall_clock_ms
         self._telemetry: Telemetry | None = None
@@ -163,7 +190,8 @@ class Scheduler:
         """Define a job from a :class:`Schedule` object; the decorators call this."""
         if not isinstance(schedule, Schedule):
             raise ConfigurationError(
-                f"job {name!r}: schedule {schedule!r} is not valid: give Every(...) or Cron(...)"
+                f"job {brief(name)}: schedule {brief(schedule)} is not valid: "
+                "give Every(...) or Cron(...)"
             )
         job = Job.define(
             name,
@@ -319,6 +347,7 @@ class Scheduler:
                     heartbeat_ms=self.heartbeat_ms,
                     lease_ms=self.lease_ms,
                     history_retention_ms=self.history_retention_ms,
+                    candidates=self.candidates,
                     logger=logger,
                     clock=self.clock,
                     telemetry=self._telemetry,
@@ -479,26 +508,17 @@ def _status(value: str) -> Status:
         return Status(value)
     except ValueError:
         words = ", ".join(s.value for s in Status)
-        raise ConfigurationError(f"status {value!r} is not valid: use one of {words}") from None
+        raise ConfigurationError(
+            f"status {brief(value)} is not valid: use one of {words}"
+        ) from None
 
 
 def _instance_id(value: object) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigurationError(f"instance_id {value!r} is not valid: give a non-empty string")
-    return value
-
-
-def _positive_ms(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if value is not None and (
+        not isinstance(value, str) or not value.strip() or len(value) > MAX_INSTANCE_ID_LENGTH
+    ):
         raise ConfigurationError(
-            f"{name} = {value!r} is not valid: give milliseconds as an int > 0"
-        )
-    return value
-
-
-def _nonnegative_ms(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(
-            f"{name} = {value!r} is not valid: give milliseconds as an int >= 0"
+            f"instance_id {brief(value)} is not valid: give a non-empty string of at most "
+            f"{MAX_INSTANCE_ID_LENGTH} characters"
         )
     return value

@@ -15,7 +15,10 @@ statement and one round trip per decision, in autocommit:
   are judged by the database's clock, and not by ``now()``, which is frozen at the
   start of a transaction.
 
-The tables come from the migrations; the three functions are created at open when
+Batches are the core's too: ``claim_many`` one call of its batch function, ``finish_many``
+one statement, each a single round trip.
+
+The tables come from the migrations; the functions are created at open when
 missing (named after a digest of their text, as the core does, so a rolling upgrade
 that changes them adds new ones beside the old). The rendering needs psycopg 3.
 

@@ -18,11 +18,12 @@ from typing import Any, TypeVar, overload
 
 from anarchon_core import Scheduler
 from anarchon_core.backend import Backend
-from anarchon_core.backends import MemoryBackend, backend_from_url, mask_url
+from anarchon_core.backends import MemoryBackend, backend_from_url
 from anarchon_core.context import RunContext
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.job import Handler, Job, validate_option_keys
+from anarchon_core.job import Handler, Job, resolve_options
 from anarchon_core.names import validate_job_name
+from anarchon_core.redact import redact_text, redact_url
 from anarchon_core.schedules import Cron, Every, Schedule
 
 from ._transactional import store_alias, transactional
@@ -63,7 +64,7 @@ class _MisconfiguredBackend(MemoryBackend):
         raise ConfigurationError(self._reason)
 
     def describe(self) -> str:
-        return mask_url(self._url)
+        return redact_url(self._url)
 
 
 _PLACEHOLDER = MemoryBackend()
@@ -94,7 +95,8 @@ class DjangoScheduler(Scheduler):
             try:
                 self._backend = backend_from_url(self._backend_url)
             except ConfigurationError as exc:
-                self._backend = _MisconfiguredBackend(self._backend_url, str(exc))
+                reason = redact_text(str(exc), self._backend_url)
+                self._backend = _MisconfiguredBackend(self._backend_url, reason)
         return self._backend
 
     @backend.setter
@@ -138,7 +140,7 @@ class DjangoScheduler(Scheduler):
                 f"{module}; job names must be unique in the project (they identify the job "
                 f"in the store)",
             )
-        _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        _classified(BAD_OPTION, resolve_options, self._defaults, options, f"job {name!r}")
         job = super().add_job(name, schedule, close_connections(handler), **options)
         self.origins[name] = module
         return job
@@ -234,7 +236,7 @@ class DjangoScheduler(Scheduler):
         _classified(BAD_JOB_NAME, validate_job_name, name)
         _classified(BAD_DURATION, Every, interval, offset)
         atomic = _transactional_option(options, name)
-        _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        _classified(BAD_OPTION, resolve_options, self._defaults, options, f"job {name!r}")
         if task is not None or task_args or task_kwargs is not None:
             handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
         if handler is None:
@@ -305,7 +307,7 @@ class DjangoScheduler(Scheduler):
         _classified(BAD_ZONE, Cron, "* * * * *", zone)
         _classified(BAD_CRON, Cron, expression, "UTC", day_or=day_or)
         atomic = _transactional_option(options, name)
-        _classified(BAD_OPTION, validate_option_keys, options, f"job {name!r}")
+        _classified(BAD_OPTION, resolve_options, self._defaults, options, f"job {name!r}")
         if task is not None or task_args or task_kwargs is not None:
             handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
         if tz is None and name not in self.default_zone_jobs:

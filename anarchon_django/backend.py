@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from anarchon_core.backend import (
     SCHEMA_VERSION,
@@ -28,20 +27,22 @@ from anarchon_core.backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    FinishRequest,
     InstanceInfo,
     Lease,
     TakeoverRequest,
 )
-from anarchon_core.backends import mask_url
 from anarchon_core.errors import BackendError, ConfigurationError, SchemaVersionError
 from anarchon_core.records import HistoryQuery, RunRecord, Status
+from anarchon_core.redact import brief
+
+from .conf import DEFAULT_ALIAS, alias_from_url
 
 if TYPE_CHECKING:
     from ._orm_thread import Worker
 
-__all__ = ["DjangoBackend"]
+__all__ = ["DjangoBackend", "alias_from_url"]
 
-DEFAULT_ALIAS = "default"
 #: The tables the migrations create (``manage.py migrate anarchon_django``).
 TABLES = (
     "anarchon_meta",
@@ -66,7 +67,7 @@ class DjangoBackend(Backend):
 
     def __init__(self, alias: str = DEFAULT_ALIAS) -> None:
         if not isinstance(alias, str) or not alias:
-            raise ConfigurationError(f"Django database alias {alias!r} is not valid")
+            raise ConfigurationError(f"Django database alias {brief(alias)} is not valid")
         self.alias = alias
         self._store: Backend | None = None
         self._worker: Worker | None = None
@@ -76,24 +77,9 @@ class DjangoBackend(Backend):
     @classmethod
     def from_url(cls, url: str) -> DjangoBackend:
         """``django://ALIAS`` (``django://`` alone: ``default``); sets Django up if needed."""
-        try:
-            parts = urlsplit(url)
-        except ValueError:
-            parts = None
-        if (
-            parts is None
-            or parts.scheme != "django"
-            or parts.path not in ("", "/")
-            or parts.query
-            or parts.fragment
-            or parts.username is not None
-        ):
-            raise ConfigurationError(
-                f"Django backend URL {mask_url(url)!r} is not valid: use 'django://ALIAS', "
-                f"ALIAS a key of settings.DATABASES (default: 'default')"
-            )
+        alias = alias_from_url(url)
         _django_ready(setup=True)
-        return cls(parts.netloc or DEFAULT_ALIAS)
+        return cls(alias)
 
     def describe(self) -> str:
         where = f"django://{self.alias}"
@@ -176,6 +162,9 @@ class DjangoBackend(Backend):
     async def claim(self, request: ClaimRequest) -> Claim:
         return await self._open.claim(request)
 
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        return await self._open.claim_many(requests)
+
     async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
         return await self._open.heartbeat(leases, lease_ms)
 
@@ -192,6 +181,9 @@ class DjangoBackend(Backend):
             lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms
         )
 
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
+        return await self._open.finish_many(requests)
+
     async def release(self, lease: Lease) -> bool:
         return await self._open.release(lease)
 
@@ -207,8 +199,14 @@ class DjangoBackend(Backend):
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
         return await self._open.history(query)
 
-    async def prune(self, older_than_ms: int) -> int:
-        return await self._open.prune(older_than_ms)
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
+        return await self._open.prune(older_than_ms, jobs=jobs, namespace=namespace)
 
     async def set_paused(self, job: str, paused: bool) -> None:
         await self._open.set_paused(job, paused)

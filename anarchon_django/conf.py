@@ -14,11 +14,20 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-from anarchon_core.backends import backend_from_url, mask_url
-from anarchon_core.durations import parse_duration_ms
+from anarchon_core.backends import backend_from_url
+from anarchon_core.durations import MAX_DURATION_MS, parse_duration_ms
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.names import JOB_NAME_FORM, validate_namespace
+from anarchon_core.names import NAMESPACE_FORM, validate_namespace
+from anarchon_core.redact import brief, brief_url, redact_text
+from anarchon_core.scheduler import (
+    DEFAULT_CANDIDATES,
+    MAX_CANDIDATES,
+    MAX_HEARTBEAT_MS,
+    MAX_INSTANCE_ID_LENGTH,
+    check_candidates,
+)
 
 __all__ = ["DEFAULTS", "AnarchonSettings", "Problem", "read_settings"]
 
@@ -35,10 +44,13 @@ DEFAULTS: dict[str, Any] = {
     "CATCH_UP": "none",
     "HISTORY_RETENTION": "7d",
     "GRACE_MS": 10_000,
+    "CANDIDATES": DEFAULT_CANDIDATES,
     "ENABLED": None,
 }
 
 CATCH_UP_CHOICES = ("none", "latest", "all")
+#: The database alias of ``django://`` with none named.
+DEFAULT_ALIAS = "default"
 _MODULE = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
 
 
@@ -67,6 +79,7 @@ class AnarchonSettings:
     catch_up: str = "none"
     history_retention: str | dt.timedelta = "7d"
     grace_ms: int = 10_000
+    candidates: int | None = DEFAULT_CANDIDATES
     enabled: bool | None = None
     problems: tuple[Problem, ...] = field(default=(), compare=False)
 
@@ -86,6 +99,7 @@ class AnarchonSettings:
             "lease_ms": self.lease_ms,
             "history_retention": self.history_retention,
             "grace_ms": self.grace_ms,
+            "candidates": self.candidates,
             "enabled": self.enabled,
             "jitter_ms": self.jitter_ms,
             "catch_up": self.catch_up,
@@ -143,7 +157,7 @@ def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> An
         try:
             values["namespace"] = validate_namespace(raw["NAMESPACE"])
         except ConfigurationError:
-            bad("NAMESPACE", f"None or a name of {JOB_NAME_FORM}")
+            bad("NAMESPACE", f"None or a name of {NAMESPACE_FORM}")
     if given("AUTODISCOVER"):
         value = raw["AUTODISCOVER"]
         if value is None or value is False:
@@ -162,23 +176,38 @@ def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> An
             bad("IMPORT_PATHS", 'a list of dotted module paths, e.g. ["myproject.jobs"]')
     if given("INSTANCE_ID"):
         value = raw["INSTANCE_ID"]
-        if value is None or (isinstance(value, str) and value.strip()):
+        if value is None or (
+            isinstance(value, str) and value.strip() and len(value) <= MAX_INSTANCE_ID_LENGTH
+        ):
             values["instance_id"] = value
         else:
-            bad("INSTANCE_ID", "None (hostname:pid:random) or a non-empty string")
-    for key, minimum in (("JITTER_MS", 0), ("HEARTBEAT_MS", 1), ("GRACE_MS", 0)):
+            bad(
+                "INSTANCE_ID",
+                f"None (hostname:pid:random) or a non-empty string of at most "
+                f"{MAX_INSTANCE_ID_LENGTH} characters",
+            )
+    # The bounds of Scheduler(...): jitter_ms, heartbeat_ms, grace_ms and lease_ms.
+    for key, minimum, maximum in (
+        ("JITTER_MS", 0, MAX_DURATION_MS),
+        ("HEARTBEAT_MS", 1, MAX_HEARTBEAT_MS),
+        ("GRACE_MS", 0, MAX_DURATION_MS),
+    ):
         if given(key):
-            if _is_int(raw[key]) and raw[key] >= minimum:
+            if _is_int(raw[key]) and minimum <= raw[key] <= maximum:
                 values[key.lower()] = raw[key]
             else:
-                bad(key, f"an int of milliseconds >= {minimum}")
+                bad(key, f"an int of milliseconds >= {minimum} and <= {maximum}")
     heartbeat = values.get("heartbeat_ms", DEFAULTS["HEARTBEAT_MS"])
     if given("LEASE_MS"):
         value = raw["LEASE_MS"]
         if value is None:
             pass
-        elif not _is_int(value) or value < 2 * heartbeat:
-            bad("LEASE_MS", "None (3 × HEARTBEAT_MS) or an int of ms >= 2 × HEARTBEAT_MS")
+        elif not _is_int(value) or not 2 * heartbeat <= value <= MAX_DURATION_MS:
+            bad(
+                "LEASE_MS",
+                f"None (3 × HEARTBEAT_MS) or an int of ms >= 2 × HEARTBEAT_MS and <= "
+                f"{MAX_DURATION_MS}",
+            )
         else:
             values["lease_ms"] = value
     if given("CATCH_UP"):
@@ -192,6 +221,11 @@ def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> An
             values["history_retention"] = raw["HISTORY_RETENTION"]
         except ConfigurationError:
             bad("HISTORY_RETENTION", 'a duration such as "7d", "12h", "1d12h" or a timedelta')
+    if given("CANDIDATES"):
+        try:
+            values["candidates"] = check_candidates(raw["CANDIDATES"], "CANDIDATES")
+        except ConfigurationError:
+            bad("CANDIDATES", f"an int from 1 to {MAX_CANDIDATES}, or None (every instance)")
     if given("ENABLED"):
         if raw["ENABLED"] is None or isinstance(raw["ENABLED"], bool):
             values["enabled"] = raw["ENABLED"]
@@ -208,15 +242,20 @@ def _check_backend(url: object, databases: Mapping[str, Any] | None) -> Problem 
     form = '"django://ALIAS" (a key of DATABASES) or a store URL such as "postgresql://…"'
     if not isinstance(url, str):
         return Problem(
-            "anarchon.E003", f"ANARCHON['BACKEND'] = {url!r} is not valid", f"give {form}"
+            "anarchon.E003", f"ANARCHON['BACKEND'] = {brief_url(url)} is not valid", f"give {form}"
         )
     if url.startswith("django://"):
-        alias = AnarchonSettings(backend=url).django_alias
+        try:
+            alias = alias_from_url(url)
+        except ConfigurationError as exc:
+            return Problem(
+                "anarchon.E003", f"ANARCHON['BACKEND'] is not valid: {exc}", f"give {form}"
+            )
         if databases is not None and alias not in databases:
             known = ", ".join(map(repr, databases)) or "none"
             return Problem(
                 "anarchon.E004",
-                f"ANARCHON['BACKEND'] = {url!r} names the database alias {alias!r}, "
+                f"ANARCHON['BACKEND'] = {brief_url(url)} names the database alias {brief(alias)}, "
                 f"which is not in DATABASES",
                 f"use one of the aliases in DATABASES ({known}), e.g. 'django://default'",
             )
@@ -226,7 +265,32 @@ def _check_backend(url: object, databases: Mapping[str, Any] | None) -> Problem 
     except ConfigurationError as exc:
         return Problem(
             "anarchon.E003",
-            f"ANARCHON['BACKEND'] = {mask_url(url)!r} is not valid: {exc}",
+            f"ANARCHON['BACKEND'] = {brief_url(url)} is not valid: {redact_text(str(exc), url)}",
             f"give {form}",
         )
     return None
+
+
+def alias_from_url(url: str) -> str:
+    """The alias of ``django://ALIAS`` (``default`` when empty), or a redacted refusal.
+
+    Nothing but an alias may follow the scheme: no user, password, path, query or
+    fragment, so a URL copied from a store's settings never passes with its password.
+    """
+    try:
+        parts = urlsplit(url)
+    except (TypeError, ValueError, AttributeError):
+        parts = None
+    if (
+        parts is None
+        or parts.scheme != "django"
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or "@" in parts.netloc
+    ):
+        raise ConfigurationError(
+            f"Django backend URL {brief_url(url)} is not valid: use 'django://ALIAS', "
+            f"ALIAS a key of settings.DATABASES (default: 'default')"
+        )
+    return parts.netloc or DEFAULT_ALIAS

@@ -16,10 +16,16 @@ path (the same runs again with new tokens: must answer taken), one claim at a ti
 (latency), then the win path with ``--concurrency`` claims in flight (throughput). The
 backend/raw ratio is taken per repeat and reported as the median with its spread.
 
+The batched part (``--batch``, 1,000 by default) times, per repeat, ``--batch`` claims
+awaited one after the other against the same number as one ``claim_many``, each on runs
+of its own, win path then lose path, taking turns (which goes first alternates per
+repeat); the single/batch ratio is taken per repeat, median with its spread.
+
 Nothing is left behind: RabbitMQ run queues expire by themselves (a 30 s horizon plus a
 1 s margin) and the marker exchange is deleted; the NATS bucket is deleted.
 
-Run alone: ``python -m benchmarks.broker_claims [--n 500 --repeats 5 --concurrency 64]``;
+Run alone: ``python -m benchmarks.broker_claims [--n 500 --repeats 5 --concurrency 64
+--batch 1000 --part single|batched]``;
 the brokers are ``$ANARCHON_BENCH_RABBITMQ`` and ``$ANARCHON_BENCH_NATS`` (default: local).
 """
 
@@ -67,6 +73,7 @@ class Pair:
     backend: Claim
     raw: Claim
     close: Callable[[], Awaitable[None]]
+    store: Backend
 
 
 def _request(job: str, slot: int, token: str) -> ClaimRequest:
@@ -137,7 +144,7 @@ async def open_rabbitmq() -> Pair:
         await connection.close()
         await backend.close()
 
-    return Pair("rabbitmq", _backend_claim(backend), raw, close)
+    return Pair("rabbitmq", _backend_claim(backend), raw, close, backend)
 
 
 async def open_nats() -> Pair:
@@ -167,7 +174,7 @@ async def open_nats() -> Pair:
         await nc.close()
         await backend.close()
 
-    return Pair("nats", _backend_claim(backend), raw, close)
+    return Pair("nats", _backend_claim(backend), raw, close, backend)
 
 
 # -- measuring ------------------------------------------------------------------------------
@@ -239,6 +246,70 @@ async def measure(
     return phases
 
 
+# -- batched: n singles in a row against one claim_many ------------------------------------
+SINGLES, BATCH = "singles", "claim_many"
+
+
+async def _timed_claims(store: Backend, variant: str, requests: list[ClaimRequest]) -> int:
+    """Nanoseconds for ``requests`` sent as ``variant``; checks every answer is one outcome."""
+    gc.collect()
+    start = time.perf_counter_ns()
+    if variant == BATCH:
+        answers = await store.claim_many(requests)
+    else:
+        answers = [await store.claim(request) for request in requests]
+    elapsed = time.perf_counter_ns() - start
+    outcomes = {answer.outcome for answer in answers}
+    if len(answers) != len(requests) or len(outcomes) != 1:
+        raise AssertionError(f"{variant}: {len(answers)} answers, outcomes {outcomes}")
+    return elapsed
+
+
+async def measure_batched(store: Backend, n: int, repeats: int) -> dict[tuple[str, str], list[int]]:
+    """Per variant and path (win, lose), the elapsed ns of each repeat."""
+    samples: dict[tuple[str, str], list[int]] = {
+        (v, p): [] for v in (SINGLES, BATCH) for p in ("win", "lose")
+    }
+    warm = [_request(job, slot, "w") for job, slot in _runs("warm.batch", 100)]
+    await store.claim_many(warm)  # warm-up, not measured
+    order = [SINGLES, BATCH]
+    for rep in range(repeats):
+        for variant in order[rep % 2 :] + order[: rep % 2]:
+            runs = _runs(f"b{rep}.{variant}", n)
+            wins = [_request(job, slot, secrets.token_hex(16)) for job, slot in runs]
+            samples[(variant, "win")].append(await _timed_claims(store, variant, wins))
+            losses = [_request(job, slot, secrets.token_hex(16)) for job, slot in runs]
+            samples[(variant, "lose")].append(await _timed_claims(store, variant, losses))
+    return samples
+
+
+def report_batched(
+    broker: str, samples: dict[tuple[str, str], list[int]], n: int, repeats: int
+) -> None:
+    rows: list[tuple[Any, ...]] = []
+    for path in ("win", "lose"):
+        for variant in (SINGLES, BATCH):
+            elapsed = samples[(variant, path)]
+            rates = [n / (ns / 1e9) for ns in elapsed]
+            rows.append(
+                (
+                    path,
+                    f"{n} x claim" if variant == SINGLES else f"claim_many({n})",
+                    statistics.median(elapsed) / 1e6,
+                    f"{min(elapsed) / 1e6:.1f}-{max(elapsed) / 1e6:.1f}",
+                    statistics.median(rates),
+                )
+            )
+        single, batch = samples[(SINGLES, path)], samples[(BATCH, path)]
+        ratio = ratio_summary([a / b for a, b in zip(single, batch, strict=True)])
+        rows.append((path, "singles / claim_many", ratio, "", ""))
+    print_table(
+        f"{broker}: {n} claims in a row vs one claim_many, {repeats} interleaved repeats",
+        ("path", "variant", "ms (median)", "ms (min-max)", "claims/s (median)"),
+        rows,
+    )
+
+
 def report(broker: str, phases: dict[tuple[str, str], Phase], n: int, repeats: int, c: int) -> None:
     rows: list[tuple[Any, ...]] = []
     for kind in ("backend", "raw"):
@@ -272,11 +343,18 @@ async def bench(
     except Exception as exc:
         print(f"\n{broker}: skipped, the broker does not answer ({type(exc).__name__}: {exc})")
         return False
+    phases, batched = None, None
     try:
-        phases = await measure(pair, args.n, args.repeats, args.concurrency)
+        if args.part in (None, "single"):
+            phases = await measure(pair, args.n, args.repeats, args.concurrency)
+        if args.part in (None, "batched") and args.batch > 0:
+            batched = await measure_batched(pair.store, args.batch, args.repeats)
     finally:
         await pair.close()
-    report(broker, phases, args.n, args.repeats, args.concurrency)
+    if phases is not None:
+        report(broker, phases, args.n, args.repeats, args.concurrency)
+    if batched is not None:
+        report_batched(broker, batched, args.batch, args.repeats)
     return True
 
 
@@ -286,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64, help="claims in flight")
     parser.add_argument("--only", choices=("rabbitmq", "nats"), help="one broker only")
+    parser.add_argument("--batch", type=int, default=1000, help="claims per claim_many (0: none)")
+    parser.add_argument("--part", choices=("single", "batched"), help="one part only")
     args = parser.parse_args(argv)
     print(f"== broker claims ==\n{machine()}")
     print(f"RabbitMQ: {RABBITMQ_URL.split('@')[-1]}  NATS: {NATS_URL.split('@')[-1]}")

@@ -60,9 +60,18 @@ class CountingSqliteBackend(SqliteBackend):
             "heartbeat", lambda: super(CountingSqliteBackend, self).heartbeat(leases, lease_ms)
         )
 
-    async def prune(self, older_than_ms: int) -> int:
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
         return await self._timed(
-            "prune", lambda: super(CountingSqliteBackend, self).prune(older_than_ms)
+            "prune",
+            lambda: super(CountingSqliteBackend, self).prune(
+                older_than_ms, jobs=jobs, namespace=namespace
+            ),
         )
 
 

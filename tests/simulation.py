@@ -101,6 +101,7 @@ def simulate(seed: int) -> Report:
     )
     report = Report(seed)
     jitter = rng.choice((0, 40))
+    candidates = rng.choice((1, 2, None))
 
     def make(name: str, offset: int, faults: Faults | None = storm) -> Instance:
         link = FaultyBackend(
@@ -113,6 +114,7 @@ def simulate(seed: int) -> Report:
             lease_ms=LEASE_MS,
             jitter_ms=jitter,
             max_attempts=5,
+            candidates=candidates,
             clock=LoopClock(BASE_MS, offset),
         )
         for job, every, work, deaf in JOBS:

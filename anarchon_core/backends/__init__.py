@@ -4,6 +4,9 @@ Built-in schemes map to modules of this package, imported only when used so that
 their drivers stay optional. Other packages (the Django adapter's ``django://``)
 register a scheme in the ``anarchon.backends`` entry-point group with a callable
 taking the URL; the core never imports an adapter.
+
+Every URL in a message goes through :mod:`anarchon_core.redact` (``mask_url`` is its
+``redact_url`` under the older name), so no password reaches a log, page or error.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ import re
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import cast
-from urllib.parse import urlsplit, urlunsplit
 
 from ..backend import Backend
 from ..errors import ConfigurationError
+from ..redact import brief, brief_url, redact_url
 from .memory import MemoryBackend
 
 __all__ = ["DEFAULT_URL", "MemoryBackend", "backend_from_url", "mask_url"]
@@ -59,13 +62,13 @@ def backend_from_url(url: str) -> Backend:
     """
     if not isinstance(url, str):
         raise ConfigurationError(
-            f"backend {url!r} is not valid: give a Backend or a URL string such as "
+            f"backend {brief_url(url)} is not valid: give a Backend or a URL string such as "
             f"'sqlite:///anarchon.sqlite3'"
         )
     match = _SCHEME.match(url)
     if match is None:
         raise ConfigurationError(
-            f"backend URL {mask_url(url)!r} is not valid: expected SCHEME://..., such as "
+            f"backend URL {brief_url(url)} is not valid: expected SCHEME://..., such as "
             f"'sqlite:///anarchon.sqlite3' or 'memory://'"
         )
     scheme = match.group(1)
@@ -80,7 +83,7 @@ def _factory(scheme: str) -> Callable[[str], Backend]:
     if target is None:
         known = sorted({*_BUILTIN, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
         raise ConfigurationError(
-            f"backend scheme {scheme!r} is unknown: use one of "
+            f"backend scheme {brief(scheme)} is unknown: use one of "
             + ", ".join(f"{s}://" for s in known)
         )
     module_name, _, attr = target.partition(":")
@@ -89,22 +92,13 @@ def _factory(scheme: str) -> Callable[[str], Backend]:
     except ImportError as exc:
         extra = _EXTRAS.get(scheme, scheme)
         raise ConfigurationError(
-            f"backend scheme {scheme!r} needs its driver: pip install 'anarchon[{extra}]' ({exc})"
+            f"backend scheme {brief(scheme)} needs its driver: "
+            f"pip install 'anarchon[{extra}]' ({exc})"
         ) from exc
     for part in attr.split("."):
         obj = getattr(obj, part)
     return cast(Callable[[str], Backend], obj)
 
 
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, for logs, banners and pages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    host = parts.netloc.rsplit("@", 1)[-1]
-    if parts.password is None:
-        if parts.username is not None and parts.scheme == "nats":  # a bare NATS token
-            return urlunsplit(parts._replace(netloc=f"***@{host}"))
-        return url
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+#: The older name of :func:`anarchon_core.redact.redact_url`, kept for its callers.
+mask_url = redact_url

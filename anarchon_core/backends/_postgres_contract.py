@@ -19,8 +19,10 @@ from ..backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    FinishRequest,
     InstanceInfo,
     Lease,
+    PruneScope,
     TakeoverRequest,
     bound_error,
     meta_json,
@@ -73,17 +75,45 @@ class PostgresContract(Backend):
         )
         return Claim(Outcome(outcome), attempt, now)
 
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """Every claim in one call of the batch function: one round trip, one commit."""
+        if not requests:
+            return []
+        rows = await self._rows(
+            self.sql.claim_many,
+            (
+                [r.job for r in requests],
+                [r.slot for r in requests],
+                [str(r.origin) for r in requests],
+                [r.token for r in requests],
+                [_text(r.instance_id) for r in requests],
+                [r.lease_ms for r in requests],
+                [r.horizon_ms for r in requests],
+                [r.skip_overlap for r in requests],
+                [_text(r.fingerprint) for r in requests],
+            ),
+        )
+        answers: list[Claim | None] = [None] * len(requests)
+        for ord_, outcome, attempt, now in rows:
+            answers[ord_ - 1] = Claim(Outcome(outcome), attempt, now)
+        if len(rows) != len(requests) or None in answers:
+            raise BackendError(f"PostgreSQL store {self.describe()}: expected one row per claim")
+        return answers  # type: ignore[return-value]
+
     async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
         if not leases:
             return []
+        # In key order, the order finish_many locks runs in: a heartbeat and a batch of
+        # finishes of the same leases then never wait for each other.
+        ordered = sorted(leases, key=_run_key)
         rows = await self._rows(
             self.sql.heartbeat,
             (
                 lease_ms,
-                [lease.job for lease in leases],
-                [lease.slot for lease in leases],
-                [lease.attempt for lease in leases],
-                [lease.token for lease in leases],
+                [lease.job for lease in ordered],
+                [lease.slot for lease in ordered],
+                [lease.attempt for lease in ordered],
+                [lease.token for lease in ordered],
             ),
         )
         alive = {tuple(row) for row in rows}
@@ -100,6 +130,21 @@ class PostgresContract(Backend):
     ) -> bool:
         params = finish_params(lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms)
         return finish_verdict(await self._row(self.sql.finish, params), status)
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
+        """Every finish in one statement: one round trip, one commit."""
+        if not requests:
+            return []
+        each = [
+            finish_params(r.lease, r.status, error=r.error, meta=r.meta, retry_in_ms=r.retry_in_ms)
+            for r in requests
+        ]
+        names = ("job", "slot", "attempt", "token", "state", "retry_in", "status", "error", "meta")
+        params = {name: [p[name] for p in each] for name in names}
+        rows = await self._rows(self.sql.finish_many, params)
+        if len(rows) != len(requests):
+            raise BackendError(f"PostgreSQL store {self.describe()}: expected one row per finish")
+        return [finish_verdict(row[1:], r.status) for row, r in zip(rows, requests, strict=True)]
 
     async def release(self, lease: Lease) -> bool:
         params = {"job": lease.job, "slot": lease.slot, "attempt": lease.attempt}
@@ -144,15 +189,32 @@ class PostgresContract(Backend):
         text = self.sql.history + where + self.sql.history_order
         return [record_from_row(row) for row in await self._rows(text, params)]
 
-    async def prune(self, older_than_ms: int) -> int:
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
         """Delete in batches of ``prune_batch`` records, each its own short transaction."""
+        scope = PruneScope.of(jobs, namespace)
+        deleted = 0 if scope.jobs == frozenset() else await self._prune(older_than_ms, scope)
+        await self._rows(self.sql.prune_instances)  # registry rows of vanished instances
+        return deleted
+
+    async def _prune(self, older_than_ms: int, scope: PruneScope) -> int:
+        where = {
+            "jobs": None if scope.jobs is None else sorted(scope.jobs),
+            "prefix": scope.prefix,
+        }
         keep_jobs: list[str] = []
         keep_slots: list[int] = []
-        for job, latest, anchor in await self._rows(self.sql.prune_keep):
+        for job, latest, anchor in await self._rows(self.sql.prune_keep, where):
             for slot in {latest, anchor} - {None}:
                 keep_jobs.append(job)
                 keep_slots.append(slot)
         params = {
+            **where,
             "terminal": TERMINAL,
             "keep_jobs": keep_jobs,
             "keep_slots": keep_slots,
@@ -165,7 +227,6 @@ class PostgresContract(Backend):
             if count < self.prune_batch:
                 break
             below = lowest + 1  # the rest of the lowest slot, then older ones
-        await self._rows(self.sql.prune_instances)  # registry rows of vanished instances
         return deleted
 
     # -- operations ----------------------------------------------------------------
@@ -231,6 +292,10 @@ def finish_verdict(row: Sequence[Any], status: Status) -> bool:
     """True if ``Statements.finish`` recorded the outcome, or it repeated a recorded one."""
     finished, held, recorded = row
     return bool(finished) or (bool(held) and recorded == str(status))
+
+
+def _run_key(lease: Lease) -> tuple[str, int]:
+    return lease.job, lease.slot
 
 
 def _revoked_token(how: str) -> str:

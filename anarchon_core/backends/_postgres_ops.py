@@ -141,8 +141,10 @@ SELECT i.info, i.last_seen FROM {instances} i, (SELECT {now} AS now) t
 WHERE i.expires_at > t.now ORDER BY i.instance_id
 """
 
-# Per job, the slot of its latest record and of its latest scheduled run (catch-up's
-# anchor): a skip scan over the primary keys, so its cost grows with jobs, not rows.
+# Per job in scope, the slot of its latest record and of its latest scheduled run
+# (catch-up's anchor): a skip scan over the primary keys, so its cost grows with jobs,
+# not rows. The scope is the given store names (``jobs``) or those starting with a
+# namespace's ``prefix``; both NULL is every job.
 PRUNE_KEEP = """
 WITH RECURSIVE
 aj AS (
@@ -165,16 +167,21 @@ SELECT j.job,
        (SELECT max(a.slot) FROM {attempts} a WHERE a.job = j.job),
        (SELECT max(r.slot) FROM {runs} r WHERE r.job = j.job AND r.origin <> 'manual')
 FROM j
+WHERE (%(jobs)s::text[] IS NULL OR j.job = ANY(%(jobs)s::text[]))
+  AND (%(prefix)s::text IS NULL OR left(j.job, char_length(%(prefix)s::text)) = %(prefix)s::text)
 """
 
 # One bounded batch, its own short transaction: the newest ``batch`` prunable history
-# records below ``below``, and the runs they belong to when those are terminal too.
+# records in scope below ``below``, and the runs they belong to when those are terminal.
 # Claims never touch such rows. The caller moves ``below`` down to the batch's lowest
 # slot, so no batch walks again over the index entries the previous ones deleted.
 PRUNE_BATCH = """
 WITH doomed AS (
     SELECT t.ctid FROM {attempts} t
     WHERE t.slot < %(below)s AND t.status = ANY(%(terminal)s::text[])
+      AND (%(jobs)s::text[] IS NULL OR t.job = ANY(%(jobs)s::text[]))
+      AND (%(prefix)s::text IS NULL
+           OR left(t.job, char_length(%(prefix)s::text)) = %(prefix)s::text)
       AND NOT EXISTS (
           SELECT 1 FROM unnest(%(keep_jobs)s::text[], %(keep_slots)s::bigint[]) AS k(job, slot)
           WHERE k.job = t.job AND k.slot = t.slot)

@@ -13,11 +13,11 @@ Times are ``bigint`` epoch milliseconds read from ``clock_timestamp()`` inside e
 statement: ``now()`` is frozen at the start of a transaction, so a statement that
 waited for a lock would judge leases by a stale clock.
 
-The claim, the takeover and the trigger are PL/pgSQL functions (one round trip:
-``SELECT … FROM f(…)``) rather than one CTE statement because they must see rows
-committed while they waited: the claim's and the takeover's overlap check, runs
-committed while they waited for the job's lock; the trigger, the request or run that
-made its insert do nothing. Under READ COMMITTED each statement of a function takes a
+The claim, the batch of claims, the takeover and the trigger are PL/pgSQL functions
+(one round trip: ``SELECT … FROM f(…)``) rather than one CTE statement because they
+must see rows committed while they waited: the claim's and the takeover's overlap
+check, runs committed while they waited for the job's lock; the trigger, the request
+or run that made its insert do nothing. Under READ COMMITTED each statement of a function takes a
 fresh snapshot; the parts of one CTE statement share the snapshot taken before the
 wait, so they would miss a row committed meanwhile.
 """
@@ -218,6 +218,49 @@ $anarchon$
 """
 )
 
+# A batch of claims: each request decided by the claim function exactly as alone, all in
+# one transaction (one commit). Its locks (the runs it inserts, the advisory locks of
+# the jobs it checks for overlap) are held until that commit, so batches that overlap
+# take them in one order, by job lock key then job, or two could wait for each other.
+# A job's requests keep their order (a run won earlier makes a later slot skipped).
+# Jobs whose lock keys are equal and have several requests here (two slots of one job,
+# or a hash collision) take their key's lock first, before any of their runs: within one
+# key, a batch then either holds the key's lock throughout or takes just one run.
+_CLAIM_MANY = """
+CREATE OR REPLACE FUNCTION {claim_many}(
+    p_jobs text[], p_slots bigint[], p_origins text[], p_tokens text[], p_instances text[],
+    p_lease_ms bigint[], p_horizon_ms bigint[], p_skip_overlap boolean[], p_fingerprints text[],
+    OUT o_ord bigint, OUT o_outcome text, OUT o_attempt integer, OUT o_store_now bigint
+) RETURNS SETOF record LANGUAGE plpgsql AS $anarchon$
+DECLARE
+    v record;
+    v_locked integer;
+BEGIN
+    FOR v IN
+        SELECT q.*, count(*) OVER (PARTITION BY q.lock_key) AS sharing
+        FROM (
+            SELECT u.*, hashtext({lock_key} || u.job) AS lock_key
+            FROM unnest(p_jobs, p_slots, p_origins, p_tokens, p_instances, p_lease_ms,
+                        p_horizon_ms, p_skip_overlap, p_fingerprints)
+                WITH ORDINALITY AS u(job, slot, origin, token, instance, lease_ms, horizon_ms,
+                                     skip_overlap, fingerprint, ord)
+        ) q
+        ORDER BY q.lock_key, q.job, q.ord
+    LOOP
+        IF v.sharing > 1 AND v.lock_key IS DISTINCT FROM v_locked THEN
+            PERFORM pg_advisory_xact_lock({lock_class}, v.lock_key);
+            v_locked := v.lock_key;
+        END IF;
+        SELECT c.o_outcome, c.o_attempt, c.o_store_now INTO o_outcome, o_attempt, o_store_now
+        FROM {claim}(v.job, v.slot, v.origin, v.token, v.instance, v.lease_ms, v.horizon_ms,
+                     v.skip_overlap, v.fingerprint) c;
+        o_ord := v.ord;
+        RETURN NEXT;
+    END LOOP;
+END
+$anarchon$
+"""
+
 _TAKE_OVER = (
     """
 CREATE OR REPLACE FUNCTION {take_over}(
@@ -351,6 +394,61 @@ SELECT EXISTS (SELECT 1 FROM run),
         AND a.attempt = %(attempt)s)
 """
 
+# Several finishes in one statement, each fenced by its own token as alone. The runs are
+# locked first in key order (as heartbeats lock them: the contract sends those sorted),
+# so that a finish and a heartbeat of the same leases cannot wait for each other. Of
+# requests for one run, the first in order whose token holds it finishes it; a later
+# one is a repeat, answered from the status the first recorded. The answer columns are
+# those of the single finish (``finish_verdict``), after the request's position.
+_FINISH_MANY = """
+WITH t AS (SELECT {now} AS now),
+q AS (
+    SELECT * FROM unnest(%(job)s::text[], %(slot)s::bigint[], %(attempt)s::integer[],
+                         %(token)s::text[], %(state)s::text[], %(retry_in)s::bigint[],
+                         %(status)s::text[], %(error)s::text[], %(meta)s::text[])
+        WITH ORDINALITY AS q(job, slot, attempt, token, state, retry_in, status, error, meta,
+                             ord)
+),
+held AS (
+    SELECT r.job, r.slot, r.attempt, r.token FROM {runs} r
+    WHERE r.state = 'running' AND EXISTS (
+        SELECT 1 FROM q WHERE q.job = r.job AND q.slot = r.slot AND q.attempt = r.attempt
+          AND q.token = r.token)
+    ORDER BY r.job, r.slot
+    FOR UPDATE OF r
+),
+first AS (
+    SELECT DISTINCT ON (q.job, q.slot) q.*
+    FROM q JOIN held h ON h.job = q.job AND h.slot = q.slot AND h.attempt = q.attempt
+                      AND h.token = q.token
+    ORDER BY q.job, q.slot, q.ord
+),
+run AS (
+    UPDATE {runs} r
+    SET state = f.state, lease_expires = 0, retry_at = coalesce(t.now + f.retry_in, r.retry_at)
+    FROM first f, t
+    WHERE r.job = f.job AND r.slot = f.slot AND r.attempt = f.attempt AND r.token = f.token
+      AND r.state = 'running'
+    RETURNING f.ord, f.job, f.slot, f.attempt, f.token, f.status, f.error, f.meta
+),
+rec AS (
+    UPDATE {attempts} a
+    SET status = d.status, finished_at = t.now, error = d.error, meta = d.meta::jsonb
+    FROM run d, t
+    WHERE a.job = d.job AND a.slot = d.slot AND a.attempt = d.attempt
+    RETURNING 1
+)
+SELECT q.ord,
+       coalesce(d.ord = q.ord, false),
+       EXISTS (SELECT 1 FROM {runs} r WHERE r.job = q.job AND r.slot = q.slot
+               AND r.attempt = q.attempt AND r.token = q.token),
+       coalesce(d.status, (SELECT a.status FROM {attempts} a WHERE a.job = q.job
+                           AND a.slot = q.slot AND a.attempt = q.attempt))
+FROM q LEFT JOIN run d ON d.job = q.job AND d.slot = q.slot AND d.attempt = q.attempt
+                      AND d.token = q.token
+ORDER BY q.ord
+"""
+
 # Replacing the runner's token fences it; the lease expires now, so a backup's next
 # sweep takes attempt + 1 at once. The new token is this call's own (see ``revoked``),
 # held by nobody: a re-send of this very statement, after its connection died once it
@@ -457,7 +555,12 @@ class Statements:
         # Functions are named after a digest of their own text: a rolling deploy of
         # a changed body creates new functions beside the old ones, which the
         # instances still running the previous version keep using undisturbed.
-        bodies = {"claim": _CLAIM, "take_over": _TAKE_OVER, "trigger": ops.TRIGGER}
+        bodies = {
+            "claim": _CLAIM,
+            "claim_many": _CLAIM_MANY,
+            "take_over": _TAKE_OVER,
+            "trigger": ops.TRIGGER,
+        }
         placeholders = {name: sql.SQL(name) for name in bodies}
         digest = hashlib.sha256(
             "".join(render(body, **placeholders) for body in bodies.values()).encode()
@@ -502,7 +605,15 @@ class Statements:
             query = sql.SQL("SELECT o_outcome, o_attempt, o_store_now FROM {}(" + args + ")")
             return query.format(functions[name]).as_string(None)
 
-        self.claim = call("claim", "text bigint text text text bigint bigint boolean text")
+        claim_types = "text bigint text text text bigint bigint boolean text"
+        self.claim = call("claim", claim_types)
+        # The batch takes the claim's arguments as arrays, one element per request.
+        arrays = ", ".join(f"%s::{t}[]" for t in claim_types.split())
+        self.claim_many = (
+            sql.SQL("SELECT o_ord, o_outcome, o_attempt, o_store_now FROM {}(" + arrays + ")")
+            .format(functions["claim_many"])
+            .as_string(None)
+        )
         self.take_over = call(
             "take_over", "text bigint integer text text bigint bigint integer boolean"
         )
@@ -510,6 +621,7 @@ class Statements:
         self.trigger = render("SELECT {trigger}(%s::text, %s::text)", trigger=functions["trigger"])
         self.heartbeat = render(_HEARTBEAT)
         self.finish = render(_FINISH)
+        self.finish_many = render(_FINISH_MANY)
         self.release = render(_RELEASE)
         self.due_runs = render(ops.DUE_RUNS)
         self.cancel = render(ops.CANCEL)

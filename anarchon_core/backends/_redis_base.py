@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -31,6 +31,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
@@ -56,6 +57,7 @@ from ._redis_lua import INSTANCES, REGISTER, LuaScript
 from ._redis_url import DEFAULT_URL, parse_url
 
 __all__ = [
+    "SCRIPT_BATCH",
     "Call",
     "RedisBackend",
     "command",
@@ -74,6 +76,10 @@ SOCKET_TIMEOUT_S = 5.0
 #: Commands per coalesced pipeline, at most (a larger ``_eval_batch`` still goes whole):
 #: bounds how long one reply takes to read while the calls behind it wait.
 MAX_BATCH = 256
+#: Claims or finishes decided by one batch script, at most (a batch of more is several
+#: scripts in one round trip): bounds how long one script holds the server, about ten
+#: commands per claim.
+SCRIPT_BATCH = 100
 
 _TRANSIENT_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY")
 
@@ -139,6 +145,9 @@ class RedisBackend(Backend):
         self.round_trips = 0
         self.server = "a server whose version is unknown (INFO refused)"
         self.server_version: tuple[int, ...] | None = None
+        #: The server runs Redis Cluster (``INFO cluster``): every script is given keys of
+        #: one hash slot only (see :meth:`_groups`).
+        self.cluster = False
 
     @classmethod
     def from_url(cls, url: str) -> RedisBackend:
@@ -186,6 +195,7 @@ class RedisBackend(Backend):
         try:
             with self._errors():
                 await self._check_server(client)
+                await self._check_cluster(client)
                 await self._check_layout(client)
                 pipe = client.pipeline(transaction=False)
                 for script in (*self.scripts, REGISTER, INSTANCES):
@@ -248,6 +258,12 @@ class RedisBackend(Backend):
                 "so a slot still within its horizon may run again; set appendonly yes",
                 self.describe(),
             )
+
+    async def _check_cluster(self, client: Redis) -> None:
+        """Note whether the server runs Redis Cluster (batch scripts are then cut by hash slot)."""
+        with contextlib.suppress(ResponseError):  # renamed or denied: assume no cluster
+            info = await command(client, "INFO", "cluster")
+            self.cluster = isinstance(info, dict) and str(info.get("cluster_enabled")) == "1"
 
     async def _check_layout(self, client: Redis) -> None:
         """Record the layout version and strategy once; refuse a newer layout or a mix."""
@@ -462,7 +478,30 @@ class RedisBackend(Backend):
         outside the jobs' hash slots, so it cannot be written inside their scripts; it
         is pipelined in the same round trip instead (re-adding a member writes nothing).
         """
-        return [] if job in self._indexed else [("SADD", self._jobs_key, job)]
+        return self._index_many([job])
+
+    def _index_many(self, jobs: Iterable[str]) -> list[Sequence[str]]:
+        """One ``SADD`` of the jobs not yet indexed by this process (see above), or none."""
+        new = [job for job in dict.fromkeys(jobs) if job not in self._indexed]
+        return [("SADD", self._jobs_key, *new)] if new else []
+
+    def _groups(self, jobs: Sequence[str], size: int = SCRIPT_BATCH) -> list[list[int]]:
+        """The positions of ``jobs`` cut into groups of at most ``size``, one batch script each.
+
+        Positions stay in order inside a group, and the groups are sent in order in one
+        round trip. On Redis Cluster every key of a script must be in one hash slot, so
+        a group holds the jobs of one slot only (all keys of a job share its slot); the
+        requests of one job are then still in one group, in order, and requests of
+        different jobs never see each other.
+        """
+        if not self.cluster:
+            return [list(range(at, min(at + size, len(jobs)))) for at in range(0, len(jobs), size)]
+        by_slot: dict[int, list[int]] = {}
+        for at, job in enumerate(jobs):
+            by_slot.setdefault(key_slot(self._key(job, "").encode()), []).append(at)
+        return [
+            group[at : at + size] for group in by_slot.values() for at in range(0, len(group), size)
+        ]
 
     async def _jobs(self) -> list[str]:
         with self._errors():

@@ -5,12 +5,15 @@ like a method of the in-memory reference backend, and it mirrors that method ste
 for step. Time is ``redis.call('TIME')`` (the store's clock); a lease is a key with a
 server-side TTL, so "is the lease live?" is ``EXISTS``.
 
-Every script touches the keys of one job only (the registry's, its one hash). A job's
-keys share the ``{job}`` hash tag, so they live in one hash slot and the scripts are
-valid on Redis Cluster. The
-scripts that look at other runs of the same job (the overlap check, the sweep, the
-history and prune scans) build those keys from ``base`` (``prefix:{job}:``), which is
-in the same slot as their declared keys.
+A job's keys share the ``{job}`` hash tag, so they live in one hash slot. Most scripts
+touch the keys of one job only (the registry's, its one hash). The batch scripts (a
+batch of claims or finishes, the sweep) take the keys of several jobs, declared in
+``KEYS``, and decide each job's part exactly as the one-job script would; on Redis
+Cluster the backend gives each call only jobs of one hash slot (``_groups`` in
+:mod:`._redis_base`), so every script stays valid there. The scripts that look at
+other runs of the same job (the overlap check, the sweep, the history and prune scans)
+build those keys from ``base`` (``prefix:{job}:``), which is in the same slot as their
+declared keys.
 
 Numbers written by a script go through ``fmt`` (``%d``): Lua numbers are doubles and
 ``tostring`` would switch to exponent notation for large values.
@@ -84,11 +87,12 @@ local function live_other(base, open_key, slot)
   return false
 end
 
--- Index a recorded run: its slot for history and prune, and catch-up's anchor.
-local function remember(job_key, slots_key, slot, origin)
+-- Index a recorded run: its slot for history and prune, and catch-up's anchor (``last``:
+-- the job hash's field, read by the caller with the pause flag).
+local function remember(job_key, slots_key, slot, origin, last)
   redis.call('ZADD', slots_key, slot, slot)
   if origin ~= 'manual' then
-    local last = tonumber(redis.call('HGET', job_key, 'last') or '')
+    last = tonumber(last or '')
     if last == nil or tonumber(slot) > last then
       redis.call('HSET', job_key, 'last', slot)
     end
@@ -124,68 +128,151 @@ def _script(name: str, body: str) -> LuaScript:
     return LuaScript(name, _HELPERS + body)
 
 
-# KEYS: run, lease, job, open, slots
-# ARGV: slot, token, instance, lease_ms, horizon_ms, skip_overlap, origin, fingerprint, base
+_LEASE_CLAIM = """
+-- Whether any of ``keys`` exists, leaving out those in ``except`` (one EXISTS per 500).
+local function any_exists(keys, except)
+  local some = {}
+  for _, k in ipairs(keys) do
+    if not except[k] then
+      some[#some + 1] = k
+      if #some == 500 then
+        if redis.call('EXISTS', unpack(some)) > 0 then return true end
+        some = {}
+      end
+    end
+  end
+  return #some > 0 and redis.call('EXISTS', unpack(some)) > 0
+end
+
+-- The overlap check of a batch of claims on the open sets ``open_keys`` (those of its
+-- claims that skip overlaps). An empty set does not exist, so one EXISTS over them, at
+-- the first check, tells at once that none of their jobs has a live run; the per-job
+-- check then runs only for the open sets the batch itself has written since
+-- (``mark``). A lone open set gets the per-job check directly.
+local function overlap_checker(open_keys)
+  local opened, quiet = {}, nil
+  local function live(base, open, slot)
+    if #open_keys > 1 and not opened[open] then
+      if quiet == nil then quiet = not any_exists(open_keys, opened) end
+      if quiet then return false end
+    end
+    return live_other(base, open, slot)
+  end
+  local function mark(open) opened[open] = true end
+  return live, mark
+end
+
+-- One lease claim at the script's ``now``, as the contract decides it alone; returns
+-- the outcome and the attempt. ``live(base, open, slot)`` is the overlap check.
+local function claim_lease(run, lease, job, open, slots, slot, token, instance, lease_ms,
+    horizon_ms, skip, origin, fp, base, now, live)
+  local held = redis.call('HMGET', run, 'token', 'attempt', 'state')
+  if held[2] then
+    if held[1] == token and held[2] == '1' then
+      local r = repeat_of(held[3], lease, token, 1, now)
+      return r[1], r[2]
+    end
+    return 'taken', 0
+  end
+  local s = tonumber(slot)
+  if s < now - tonumber(horizon_ms) then return 'expired', 0 end
+  if s > now + EARLY then return 'early', 0 end
+  local j = redis.call('HMGET', job, 'paused', 'last')
+  local nothing = nil
+  if j[1] == '1' then
+    nothing = 'paused'
+  elseif skip == '1' and live(base, open, slot) then
+    nothing = 'skipped'
+  end
+  remember(job, slots, slot, origin, j[2])
+  if nothing then
+    nothing_ran(run, nothing, origin, instance, fp, now)
+    return nothing, 0
+  end
+  redis.call('HSET', run, 'origin', origin, 'state', 'running', 'attempt', '1', 'token', token,
+    'fp', fp, '1:status', 'running', '1:instance', instance, '1:claimed', fmt(now),
+    '1:started', fmt(now))
+  redis.call('SET', lease, token, 'PX', lease_ms)
+  redis.call('SADD', open, slot)
+  return 'won', 1
+end
+"""
+
+# A batch of claims (one or more), decided one by one in order at one ``TIME``: each as
+# alone, and a claim sees the writes of those before it (a run won earlier in the batch
+# makes a later slot of its job ``skipped``).
+# KEYS: per claim: run, lease, job, open, slots
+# ARGV: per claim: slot, token, instance, lease_ms, horizon_ms, skip_overlap, origin,
+#       fingerprint, base
+# Returns {now, outcome, attempt, outcome, attempt, ...}: one pair per claim, in order.
 CLAIM_LEASE = _script(
     "claim",
-    """
-local run, lease, job, open, slots = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local slot, token, instance, origin, fp = ARGV[1], ARGV[2], ARGV[3], ARGV[7], ARGV[8]
+    _LEASE_CLAIM
+    + """
 local now = now_ms()
-local held = redis.call('HMGET', run, 'token', 'attempt', 'state')
-if held[2] then
-  if held[1] == token and held[2] == '1' then return repeat_of(held[3], lease, token, 1, now) end
-  return {'taken', 0, now}
+local open_keys, listed = {}, {}
+for k = 4, #KEYS, 5 do
+  local open = KEYS[k]
+  if ARGV[(k - 4) / 5 * 9 + 6] == '1' and not listed[open] then
+    listed[open] = true
+    open_keys[#open_keys + 1] = open
+  end
 end
-local s = tonumber(slot)
-if s < now - tonumber(ARGV[5]) then return {'expired', 0, now} end
-if s > now + EARLY then return {'early', 0, now} end
-local nothing = nil
-if redis.call('HGET', job, 'paused') == '1' then
-  nothing = 'paused'
-elseif ARGV[6] == '1' and live_other(ARGV[9], open, slot) then
-  nothing = 'skipped'
+local live, mark = overlap_checker(open_keys)
+local out = {now}
+for i = 0, #KEYS / 5 - 1 do
+  local k, a = 5 * i, 9 * i
+  local outcome, attempt = claim_lease(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
+    KEYS[k + 5], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
+    ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], now, live)
+  if outcome == 'won' then mark(KEYS[k + 4]) end
+  out[#out + 1] = outcome
+  out[#out + 1] = attempt
 end
-remember(job, slots, slot, origin)
-if nothing then
-  nothing_ran(run, nothing, origin, instance, fp, now)
-  return {nothing, 0, now}
-end
-redis.call('HSET', run, 'origin', origin, 'state', 'running', 'attempt', '1', 'token', token,
-  'fp', fp, '1:status', 'running', '1:instance', instance, '1:claimed', fmt(now),
-  '1:started', fmt(now))
-redis.call('SET', lease, token, 'PX', ARGV[4])
-redis.call('SADD', open, slot)
-return {'won', 1, now}
+return out
 """,
 )
 
-# The claim-only "script" strategy: the same run record, no lease, no overlap check.
-# KEYS: run, job, slots
-# ARGV: slot, token, instance, horizon_ms, origin, fingerprint
+# The claim-only "script" strategy's batch of claims (one or more), in order.
+# KEYS: per claim: run, job, slots
+# ARGV: per claim: slot, token, instance, horizon_ms, origin, fingerprint
+# Returns {now, outcome, attempt, outcome, attempt, ...}: one pair per claim, in order.
 CLAIM_SCRIPT = _script(
     "claim-only",
     """
-local run, job, slots = KEYS[1], KEYS[2], KEYS[3]
-local slot, token, instance, origin, fp = ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6]
+-- One claim of the claim-only "script" strategy: the same run record, no lease, no
+-- overlap check.
+local function claim_only(run, job, slots, slot, token, instance, horizon_ms, origin, fp, now)
+  local held = redis.call('HMGET', run, 'token', 'attempt')
+  if held[2] then
+    if held[1] == token and held[2] == '1' then return 'won', 1 end
+    return 'taken', 0
+  end
+  local s = tonumber(slot)
+  if s < now - tonumber(horizon_ms) then return 'expired', 0 end
+  if s > now + EARLY then return 'early', 0 end
+  local j = redis.call('HMGET', job, 'paused', 'last')
+  remember(job, slots, slot, origin, j[2])
+  if j[1] == '1' then
+    nothing_ran(run, 'paused', origin, instance, fp, now)
+    return 'paused', 0
+  end
+  redis.call('HSET', run, 'origin', origin, 'state', 'claimed', 'attempt', '1', 'token', token,
+    'fp', fp, '1:status', 'claimed', '1:instance', instance, '1:claimed', fmt(now),
+    '1:started', fmt(now))
+  return 'won', 1
+end
+
 local now = now_ms()
-local held = redis.call('HMGET', run, 'token', 'attempt')
-if held[2] then
-  if held[1] == token and held[2] == '1' then return {'won', 1, now} end
-  return {'taken', 0, now}
+local out = {now}
+for i = 0, #KEYS / 3 - 1 do
+  local k, a = 3 * i, 6 * i
+  local outcome, attempt = claim_only(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a + 1],
+    ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], now)
+  out[#out + 1] = outcome
+  out[#out + 1] = attempt
 end
-local s = tonumber(slot)
-if s < now - tonumber(ARGV[4]) then return {'expired', 0, now} end
-if s > now + EARLY then return {'early', 0, now} end
-remember(job, slots, slot, origin)
-if redis.call('HGET', job, 'paused') == '1' then
-  nothing_ran(run, 'paused', origin, instance, fp, now)
-  return {'paused', 0, now}
-end
-redis.call('HSET', run, 'origin', origin, 'state', 'claimed', 'attempt', '1', 'token', token,
-  'fp', fp, '1:status', 'claimed', '1:instance', instance, '1:claimed', fmt(now),
-  '1:started', fmt(now))
-return {'won', 1, now}
+return out
 """,
 )
 
@@ -201,31 +288,53 @@ return 1
 """,
 )
 
-# KEYS: run, lease, open
-# ARGV: attempt, token, status, has_error, error, meta, retry_in_ms ('' for none), slot,
-#       the state an unfinished attempt is in ('running', or 'claimed' for claim-only)
+# A batch of finishes (one or more), each fenced by its own token, in order.
+# KEYS: per finish: run, lease, open
+# ARGV: per finish: attempt, token, status, has_error, error, meta, retry_in_ms ('' for
+#       none), slot, the state an unfinished attempt is in ('running', or 'claimed' for
+#       claim-only)
+# Returns 1 (recorded, or repeated with the same status) or 0 (fenced) per finish.
 FINISH = _script(
     "finish",
     """
-local run, n = KEYS[1], ARGV[1]
-local r = redis.call('HMGET', run, 'token', 'attempt', 'state')
-if r[1] ~= ARGV[2] or r[2] ~= n then return 0 end
-if r[3] ~= ARGV[9] then
-  if redis.call('HGET', run, n .. ':status') == ARGV[3] then return 1 end
-  return 0
+local now = nil
+local out = {}
+for i = 0, #KEYS / 3 - 1 do
+  local run, lease, open = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local a = 9 * i
+  local n, token, status = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local r = redis.call('HMGET', run, 'token', 'attempt', 'state', n .. ':status')
+  if r[1] ~= token or r[2] ~= n then
+    out[#out + 1] = 0
+  elseif r[3] ~= ARGV[a + 9] then  -- finished already: a repeat of the same outcome is fine
+    out[#out + 1] = (r[4] == status) and 1 or 0
+  else
+    now = now or now_ms()
+    local fields = {n .. ':status', status, n .. ':finished', fmt(now)}
+    if ARGV[a + 7] ~= '' and status == 'failed' then
+      fields[#fields + 1] = 'state'
+      fields[#fields + 1] = 'waiting'
+      fields[#fields + 1] = 'retry_at'
+      fields[#fields + 1] = fmt(now + tonumber(ARGV[a + 7]))
+    else
+      fields[#fields + 1] = 'state'
+      fields[#fields + 1] = status
+      redis.call('SREM', open, ARGV[a + 8])
+    end
+    if ARGV[a + 4] == '1' then
+      fields[#fields + 1] = n .. ':error'
+      fields[#fields + 1] = ARGV[a + 5]
+    end
+    if ARGV[a + 6] ~= '' then
+      fields[#fields + 1] = n .. ':meta'
+      fields[#fields + 1] = ARGV[a + 6]
+    end
+    redis.call('HSET', run, unpack(fields))
+    redis.call('DEL', lease)
+    out[#out + 1] = 1
+  end
 end
-local now = now_ms()
-if ARGV[7] ~= '' and ARGV[3] == 'failed' then
-  redis.call('HSET', run, 'state', 'waiting', 'retry_at', fmt(now + tonumber(ARGV[7])))
-else
-  redis.call('HSET', run, 'state', ARGV[3])
-  redis.call('SREM', KEYS[3], ARGV[8])
-end
-redis.call('HSET', run, n .. ':status', ARGV[3], n .. ':finished', fmt(now))
-if ARGV[4] == '1' then redis.call('HSET', run, n .. ':error', ARGV[5]) end
-if ARGV[6] ~= '' then redis.call('HSET', run, n .. ':meta', ARGV[6]) end
-redis.call('DEL', KEYS[2])
-return 1
+return out
 """,
 )
 
@@ -292,29 +401,46 @@ return {'won', req + 1, now}
 """,
 )
 
-# KEYS: open
-# ARGV: base
-# Returns a flat list: slot, attempt, origin, reason, ...
+# The sweep of many jobs. An empty set does not exist, so one EXISTS per 32 jobs finds
+# those that hold open runs; only their sets are read (and TIME only if one is).
+# KEYS: the open set of each job
+# ARGV: the base of each job, in the same order
+# Returns a flat list: the job's position (from 1), slot, attempt, origin, reason, ...
 DUE_RUNS = _script(
     "due_runs",
     """
-local now = now_ms()
+local now = nil
 local out = {}
-for _, s in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local r = redis.call('HMGET', ARGV[1] .. 'run:' .. s, 'state', 'attempt', 'origin', 'retry_at')
-  local reason = nil
-  if r[1] == 'running' and redis.call('EXISTS', ARGV[1] .. 'lease:' .. s) == 0 then
-    reason = 'expired'
-  elseif r[1] == 'waiting' and (tonumber(r[4]) or 0) <= now then
-    reason = 'retry'
-  elseif r[1] == 'pending' then
-    reason = 'manual'
+local function sweep(i)
+  local base = ARGV[i]
+  for _, s in ipairs(redis.call('SMEMBERS', KEYS[i])) do
+    now = now or now_ms()
+    local r = redis.call('HMGET', base .. 'run:' .. s, 'state', 'attempt', 'origin', 'retry_at')
+    local reason = nil
+    if r[1] == 'running' and redis.call('EXISTS', base .. 'lease:' .. s) == 0 then
+      reason = 'expired'
+    elseif r[1] == 'waiting' and (tonumber(r[4]) or 0) <= now then
+      reason = 'retry'
+    elseif r[1] == 'pending' then
+      reason = 'manual'
+    end
+    if reason then
+      out[#out + 1] = i
+      out[#out + 1] = s
+      out[#out + 1] = r[2]
+      out[#out + 1] = r[3]
+      out[#out + 1] = reason
+    end
   end
-  if reason then
-    out[#out + 1] = s
-    out[#out + 1] = r[2]
-    out[#out + 1] = r[3]
-    out[#out + 1] = reason
+end
+if #KEYS == 1 then
+  sweep(1)
+else
+  for first = 1, #KEYS, 32 do
+    local last = math.min(first + 31, #KEYS)
+    if redis.call('EXISTS', unpack(KEYS, first, last)) > 0 then
+      for i = first, last do sweep(i) end
+    end
   end
 end
 return out

@@ -31,7 +31,9 @@ from ..backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    FinishRequest,
     Lease,
+    PruneScope,
     TakeoverRequest,
     bound_error,
     meta_json,
@@ -48,6 +50,7 @@ _REASONS: dict[str, Literal["expired", "retry", "manual"]] = {
     "manual": "manual",
 }
 PRUNE_BATCH = 500  # runs looked at per prune script: bounds how long one blocks Redis
+SWEEP_BATCH = 1000  # jobs per sweep script: an idle job costs it a 32nd of an EXISTS
 
 
 class _RunsBackend(RedisBackend):
@@ -72,13 +75,35 @@ class _RunsBackend(RedisBackend):
             flags = await execute(pipe)
         return {job for job, flag in zip(jobs, flags, strict=True) if flag == "1"}
 
-    async def _decide(self, job: str, call: Call) -> Claim:
-        """Run a claim script, with the job's index entry in the same round trip if new."""
-        index = self._index_commands(job)
-        outcome, attempt, now = await self._eval(*call, before=index)
+    async def claim(self, request: ClaimRequest) -> Claim:
+        (claim,) = await self.claim_many([request])
+        return claim
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """Every claim in one round trip: one script decides a group of claims in order.
+
+        Groups hold up to ``SCRIPT_BATCH`` claims (on Redis Cluster, of one hash slot);
+        the jobs' index entries go in the same round trip. A lone claim is a group of
+        one, coalesced with concurrent calls like every script call.
+        """
+        if not requests:
+            return []
+        groups = self._groups([request.job for request in requests])
+        calls = [self._claim_call([requests[at] for at in group]) for group in groups]
+        index = self._index_many(request.job for request in requests)
+        replies = await self._eval_batch(calls, before=index)
         if index:
-            self._indexed.add(job)
-        return Claim(Outcome(outcome), int(attempt), int(now))
+            self._indexed.update(request.job for request in requests)
+        claims: dict[int, Claim] = {}
+        for group, reply in zip(groups, replies, strict=True):
+            now = int(reply[0])
+            for n, at in enumerate(group):
+                claims[at] = Claim(Outcome(reply[2 * n + 1]), int(reply[2 * n + 2]), now)
+        return [claims[at] for at in range(len(requests))]
+
+    def _claim_call(self, requests: Sequence[ClaimRequest]) -> Call:
+        """The script call deciding ``requests`` (jobs of one hash slot on Redis Cluster)."""
+        raise NotImplementedError
 
     async def finish(
         self,
@@ -89,30 +114,46 @@ class _RunsBackend(RedisBackend):
         meta: dict[str, Any] | None = None,
         retry_in_ms: int | None = None,
     ) -> bool:
-        meta_text = meta_json(meta) if meta else ""
-        error = bound_error(error)
-        retry = "" if retry_in_ms is None or not self.capabilities.lease else str(retry_in_ms)
-        job, slot = lease.job, lease.slot
-        reply = await self._eval(
-            lua.FINISH,
-            [
+        (done,) = await self.finish_many([FinishRequest(lease, status, error, meta, retry_in_ms)])
+        return done
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
+        """Every finish in one round trip, grouped into scripts as :meth:`claim_many` is."""
+        if not requests:
+            return []
+        groups = self._groups([request.lease.job for request in requests])
+        calls = [self._finish_call([requests[at] for at in group]) for group in groups]
+        done = [False] * len(requests)
+        for group, reply in zip(groups, await self._eval_batch(calls), strict=True):
+            for at, verdict in zip(group, reply, strict=True):
+                done[at] = bool(verdict)
+        return done
+
+    def _finish_call(self, requests: Sequence[FinishRequest]) -> Call:
+        keys: list[str] = []
+        args: list[str | int] = []
+        lease_backend = self.capabilities.lease
+        for request in requests:
+            lease, retry_in_ms = request.lease, request.retry_in_ms
+            error = bound_error(request.error)
+            job, slot = lease.job, lease.slot
+            keys += [
                 self._key(job, f"run:{slot}"),
                 self._key(job, f"lease:{slot}"),
                 self._key(job, "open"),
-            ],
-            [
+            ]
+            args += [
                 lease.attempt,
                 lease.token,
-                str(status),
+                str(request.status),
                 "0" if error is None else "1",
                 error or "",
-                meta_text,
-                retry,
+                meta_json(request.meta) if request.meta else "",
+                "" if retry_in_ms is None or not lease_backend else str(retry_in_ms),
                 slot,
                 self.open_state,
-            ],
-        )
-        return bool(reply)
+            ]
+        return lua.FINISH, keys, args
 
     # -- history -----------------------------------------------------------------
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
@@ -142,9 +183,16 @@ class _RunsBackend(RedisBackend):
         args = [self._base(job), top, bottom, status, query.limit, *cut]
         return lua.HISTORY, [self._key(job, "slots")], args
 
-    async def prune(self, older_than_ms: int) -> int:
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
+        scope = PruneScope.of(jobs, namespace)
         deleted = 0
-        for job in await self._jobs():
+        for job in scope.select(await self._jobs()):
             cursor = "-inf"
             while True:
                 count, last, seen = await self._eval(
@@ -181,27 +229,30 @@ class RedisLeaseBackend(_RunsBackend):
         lua.PRUNE,
     )
 
-    async def claim(self, request: ClaimRequest) -> Claim:
-        job, slot = request.job, request.slot
-        keys = [
-            self._key(job, f"run:{slot}"),
-            self._key(job, f"lease:{slot}"),
-            self._key(job, "job"),
-            self._key(job, "open"),
-            self._key(job, "slots"),
-        ]
-        args: list[str | int] = [
-            slot,
-            request.token,
-            request.instance_id,
-            request.lease_ms,
-            request.horizon_ms,
-            int(request.skip_overlap),
-            str(request.origin),
-            request.fingerprint,
-            self._base(job),
-        ]
-        return await self._decide(job, (lua.CLAIM_LEASE, keys, args))
+    def _claim_call(self, requests: Sequence[ClaimRequest]) -> Call:
+        keys: list[str] = []
+        args: list[str | int] = []
+        for request in requests:
+            job, slot = request.job, request.slot
+            keys += [
+                self._key(job, f"run:{slot}"),
+                self._key(job, f"lease:{slot}"),
+                self._key(job, "job"),
+                self._key(job, "open"),
+                self._key(job, "slots"),
+            ]
+            args += [
+                slot,
+                request.token,
+                request.instance_id,
+                request.lease_ms,
+                request.horizon_ms,
+                int(request.skip_overlap),
+                str(request.origin),
+                request.fingerprint,
+                self._base(job),
+            ]
+        return lua.CLAIM_LEASE, keys, args
 
     async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
         calls: list[Call] = [
@@ -227,14 +278,22 @@ class RedisLeaseBackend(_RunsBackend):
         return bool(reply)
 
     async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
+        """One sweep script for up to ``SWEEP_BATCH`` jobs (on Redis Cluster, per hash slot)."""
         names = sorted(set(jobs))
+        groups = self._groups(names, SWEEP_BATCH)
         calls: list[Call] = [
-            (lua.DUE_RUNS, [self._key(job, "open")], [self._base(job)]) for job in names
+            (
+                lua.DUE_RUNS,
+                [self._key(names[at], "open") for at in group],
+                [self._base(names[at]) for at in group],
+            )
+            for group in groups
         ]
         due: list[DueRun] = []
-        for job, reply in zip(names, await self._eval_batch(calls), strict=True):
-            for i in range(0, len(reply), 4):
-                slot, attempt, origin, reason = reply[i : i + 4]
+        for group, reply in zip(groups, await self._eval_batch(calls), strict=True):
+            for i in range(0, len(reply), 5):
+                position, slot, attempt, origin, reason = reply[i : i + 5]
+                job = names[group[int(position) - 1]]
                 due.append(DueRun(job, int(slot), int(attempt), Origin(origin), _REASONS[reason]))
         due.sort(key=lambda d: (d.slot, d.job))
         return due
@@ -301,18 +360,21 @@ class RedisScriptBackend(_RunsBackend):
     open_state = "claimed"
     scripts = (lua.CLAIM_SCRIPT, lua.FINISH, lua.HISTORY, lua.PRUNE)
 
-    async def claim(self, request: ClaimRequest) -> Claim:
-        job, slot = request.job, request.slot
-        keys = [self._key(job, f"run:{slot}"), self._key(job, "job"), self._key(job, "slots")]
-        args: list[str | int] = [
-            slot,
-            request.token,
-            request.instance_id,
-            request.horizon_ms,
-            str(request.origin),
-            request.fingerprint,
-        ]
-        return await self._decide(job, (lua.CLAIM_SCRIPT, keys, args))
+    def _claim_call(self, requests: Sequence[ClaimRequest]) -> Call:
+        keys: list[str] = []
+        args: list[str | int] = []
+        for request in requests:
+            job, slot = request.job, request.slot
+            keys += [self._key(job, f"run:{slot}"), self._key(job, "job"), self._key(job, "slots")]
+            args += [
+                slot,
+                request.token,
+                request.instance_id,
+                request.horizon_ms,
+                str(request.origin),
+                request.fingerprint,
+            ]
+        return lua.CLAIM_SCRIPT, keys, args
 
 
 def run_records(job: str, slot: int, flat: Sequence[str]) -> list[RunRecord]:

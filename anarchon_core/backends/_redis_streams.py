@@ -26,13 +26,21 @@ not ``taken``, which would say another instance runs it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ..backend import EARLY_TOLERANCE_MS, Capabilities, Claim, ClaimRequest, wall_clock_ms
+from ..backend import (
+    EARLY_TOLERANCE_MS,
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    PruneScope,
+    wall_clock_ms,
+)
 from ..errors import CapabilityError
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 from . import _redis_lua as lua
@@ -86,30 +94,61 @@ class _StreamBackend(RedisBackend):
         return now
 
     async def claim(self, request: ClaimRequest) -> Claim:
+        (claim,) = await self.claim_many([request])
+        return claim
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """Every claim's add in one round trip, each decided as alone, in order.
+
+        A second round trip only deletes entries that turned out past their horizon
+        (``idmp``: or reads the entry of a repeated claim's duplicate).
+        """
         estimate = wall_clock_ms() + self._skew_ms
-        verdict = _judge(request, estimate)
-        if verdict is not None:  # nothing written: the store's clock says no
-            return Claim(verdict, store_now=estimate)
-        repeat = request.token in self._sent
-        self._sent[request.token] = None
+        claims: dict[int, Claim] = {}
+        sending: list[int] = []
+        for at, request in enumerate(requests):
+            verdict = _judge(request, estimate)
+            if verdict is None:
+                sending.append(at)
+            else:  # nothing written: the store's clock says no
+                claims[at] = Claim(verdict, store_now=estimate)
+        batch = [requests[at] for at in sending]
+        repeats = [self._repeated(request.token) for request in batch]
+        added = await self._add(batch, repeats) if batch else []
+        late: list[tuple[str, str]] = []
+        for at, request, (entry, now) in zip(sending, batch, added, strict=True):
+            if entry is None:
+                verdict = Outcome.TAKEN
+            elif entry == ABANDONED:  # never claimable: reported as a slot past its horizon
+                verdict, entry = Outcome.EXPIRED, None
+            else:
+                verdict = _judge(request, now)
+            if verdict == Outcome.EXPIRED and entry is not None:
+                late.append((self._key(request.job, "stream"), entry))
+            if verdict is None:
+                claims[at] = Claim(Outcome.WON, 1, now)
+            else:
+                claims[at] = Claim(verdict, store_now=now)
+        if late:
+            with self._errors():  # written past their horizon: nobody runs them, not even us
+                pipe = self.client.pipeline(transaction=False)
+                for key, entry in late:
+                    queue(pipe, "XDEL", key, entry)
+                await execute(pipe)
+        return [claims[at] for at in range(len(requests))]
+
+    def _repeated(self, token: str) -> bool:
+        """Whether a claim with ``token`` was sent recently (remembering it from now on)."""
+        repeat = token in self._sent
+        self._sent[token] = None
         while len(self._sent) > _MAX_SENT:
             del self._sent[next(iter(self._sent))]
-        entry, now = await self._add(request, repeat)
-        if entry is None:
-            verdict = Outcome.TAKEN
-        elif entry == ABANDONED:  # never claimable: reported as a slot past its horizon
-            verdict, entry = Outcome.EXPIRED, None
-        else:
-            verdict = _judge(request, now)
-        if verdict == Outcome.EXPIRED and entry is not None:
-            with self._errors():  # written past its horizon: nobody runs it, not even us
-                await command(self.client, "XDEL", self._key(request.job, "stream"), entry)
-        if verdict is not None:
-            return Claim(verdict, store_now=now)
-        return Claim(Outcome.WON, 1, now)
+        return repeat
 
-    async def _add(self, request: ClaimRequest, repeat: bool) -> tuple[str | None, int]:
-        """Write the claim; ``(entry id if it is ours, store now)``.
+    async def _add(
+        self, requests: Sequence[ClaimRequest], repeats: Sequence[bool]
+    ) -> list[tuple[str | None, int]]:
+        """Write the claims; per claim ``(entry id if it is ours, store now)``, in order.
 
         The entry id is :data:`ABANDONED` when the slot has no entry and can never have
         one (``stream-id``: a newer slot of the job is claimed already).
@@ -165,10 +204,17 @@ class _StreamBackend(RedisBackend):
     def _record(self, job: str, entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         raise NotImplementedError
 
-    async def prune(self, older_than_ms: int) -> int:
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
         """Trim each job's stream below ``older_than_ms``, always keeping its latest entry."""
+        scope = PruneScope.of(jobs, namespace)
         deleted = 0
-        for job in await self._jobs():
+        for job in scope.select(await self._jobs()):
             key = self._key(job, "stream")
             with self._errors():
                 top = await command(self.client, "XREVRANGE", key, "+", "-", "COUNT", 1)
@@ -193,42 +239,47 @@ class RedisStreamIdBackend(_StreamBackend):
 
     strategy = "stream-id"
 
-    async def _add(self, request: ClaimRequest, repeat: bool) -> tuple[str | None, int]:
-        key = self._key(request.job, "stream")
-        entry = f"{request.slot}-0"
-        index = self._index_commands(request.job)
-        fields = self._fields(request, wall_clock_ms() + self._skew_ms)
+    async def _add(
+        self, requests: Sequence[ClaimRequest], repeats: Sequence[bool]
+    ) -> list[tuple[str | None, int]]:
+        """One pipeline (not a transaction): ``TIME``, then per claim ``XADD`` and ``XRANGE``."""
+        index = self._index_many(request.job for request in requests)
+        claimed = wall_clock_ms() + self._skew_ms
         with self._errors():
             pipe = self.client.pipeline(transaction=False)
             for queued in index:
                 queue(pipe, *queued)
             queue(pipe, "TIME")
-            queue(pipe, "XADD", key, entry, *_flat(fields))
-            # The slot's entry, whoever added it: ours (a repeat after a lost reply),
-            # another instance's (taken), or none at all (abandoned, see below).
-            queue(pipe, "XRANGE", key, entry, entry)
+            for request in requests:
+                key, entry = self._key(request.job, "stream"), f"{request.slot}-0"
+                queue(pipe, "XADD", key, entry, *_flat(self._fields(request, claimed)))
+                # The slot's entry, whoever added it: ours (a repeat after a lost reply),
+                # another instance's (taken), or none at all (abandoned, see below).
+                queue(pipe, "XRANGE", key, entry, entry)
             sent = wall_clock_ms()
             replies = await execute(pipe, raise_on_error=False)
             replies = replies[len(index) :]
             if isinstance(replies[0], Exception):
                 raise replies[0]
             now = self._observe(replies[0], sent)
-            added = replies[1]
-            if isinstance(added, ResponseError) and "smaller" in str(added):
-                found = replies[2]
-                if isinstance(found, Exception):
-                    raise found
-                if not found:  # a newer slot is claimed: no add of this one can succeed
-                    added = ABANDONED
-                elif found[0][1].get("token") == request.token:
-                    added = entry  # ours: a lost reply, or an entry kept as early
-                else:
-                    added = None
-            elif isinstance(added, Exception):
-                raise added
+            results: list[tuple[str | None, int]] = []
+            for n, request in enumerate(requests):
+                added, found = replies[2 * n + 1], replies[2 * n + 2]
+                if isinstance(added, ResponseError) and "smaller" in str(added):
+                    if isinstance(found, Exception):
+                        raise found
+                    if not found:  # a newer slot is claimed: no add of this one can succeed
+                        added = ABANDONED
+                    elif found[0][1].get("token") == request.token:
+                        added = f"{request.slot}-0"  # ours: a lost reply, or kept as early
+                    else:
+                        added = None
+                elif isinstance(added, Exception):
+                    raise added
+                results.append((None if added is None else str(added), now))
         if index:
-            self._indexed.add(request.job)
-        return (None if added is None else str(added)), now
+            self._indexed.update(request.job for request in requests)
+        return results
 
     def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
         # Entry ids are slots: the range is exact but for the cursor's own slot, whose one
@@ -282,33 +333,72 @@ class RedisIdmpBackend(_StreamBackend):
                 f"script"
             )
 
-    async def _add(self, request: ClaimRequest, repeat: bool) -> tuple[str | None, int]:
-        job = request.job
-        key = self._key(job, "stream")
-        if job not in self._configured:  # once per job and process: a second round trip
+    async def _add(
+        self, requests: Sequence[ClaimRequest], repeats: Sequence[bool]
+    ) -> list[tuple[str | None, int]]:
+        """One transaction: ``TIME``, then per claim the add and its stream's top entry.
+
+        Each add is followed by the read of its stream's top entry with nothing in
+        between, so the claim knows whether its own add wrote that entry. On Redis
+        Cluster a transaction holds keys of one hash slot: one per slot, sent together.
+        """
+        new = [r.job for r in requests if r.job not in self._configured]
+        if new:  # once per job and process: a round trip more
             await self._eval_batch(
-                [(lua.IDMP_SETUP, [key], [IDMP_DURATION_S, IDMP_MAX_SIZE])],
-                before=self._index_commands(job),
+                [
+                    (lua.IDMP_SETUP, [self._key(job, "stream")], [IDMP_DURATION_S, IDMP_MAX_SIZE])
+                    for job in dict.fromkeys(new)
+                ],
+                before=self._index_many(new),
             )
-            self._configured.add(job)
-            self._indexed.add(job)
-        fields = self._fields(request, wall_clock_ms() + self._skew_ms)
+            self._configured.update(new)
+            self._indexed.update(new)
+        claimed = wall_clock_ms() + self._skew_ms
+        groups = self._groups([request.job for request in requests], max(len(requests), 1))
         with self._errors():
-            pipe = self.client.pipeline(transaction=True)  # the add and the top entry, at once
-            queue(pipe, "TIME")
-            queue(pipe, *idmp_xadd_command(key, request.slot, fields))
-            queue(pipe, "XREVRANGE", key, "+", "-", "COUNT", 1)
-            sent = wall_clock_ms()
-            clock, entry, top = await execute(pipe)
-            now = self._observe(clock, sent)
-            if top and top[0][0] == entry:
-                mine = top[0][1].get("token") == request.token
-            elif repeat:  # a duplicate of an older entry: ours if it carries our token
-                found = await command(self.client, "XRANGE", key, entry, entry)
-                mine = bool(found) and found[0][1].get("token") == request.token
-            else:
+            answers = await asyncio.gather(
+                *(self._transaction([requests[at] for at in group], claimed) for group in groups),
+                return_exceptions=True,  # every transaction ends before an error is raised
+            )
+            replies: list[tuple[int, list[tuple[Any, Any]]]] = []
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise answer
+                replies.append(answer)
+        results: dict[int, tuple[str | None, int]] = {}
+        duplicates: dict[int, str] = {}  # repeats whose add returned an older entry
+        for group, (now, adds) in zip(groups, replies, strict=True):
+            for at, (entry, top) in zip(group, adds, strict=True):
                 mine = False
-        return (str(entry) if mine else None), now
+                if top and top[0][0] == entry:
+                    mine = top[0][1].get("token") == requests[at].token
+                elif repeats[at]:  # a duplicate of an older entry: ours if it has our token
+                    duplicates[at] = str(entry)
+                results[at] = ((str(entry) if mine else None), now)
+        if duplicates:
+            with self._errors():
+                pipe = self.client.pipeline(transaction=False)
+                for at, entry in duplicates.items():
+                    queue(pipe, "XRANGE", self._key(requests[at].job, "stream"), entry, entry)
+                found = await execute(pipe)
+            for (at, entry), entries in zip(duplicates.items(), found, strict=True):
+                if entries and entries[0][1].get("token") == requests[at].token:
+                    results[at] = (entry, results[at][1])
+        return [results[at] for at in range(len(requests))]
+
+    async def _transaction(
+        self, requests: Sequence[ClaimRequest], claimed: int
+    ) -> tuple[int, list[tuple[Any, Any]]]:
+        """``(store now, [(entry id, top entry after it)] per claim)`` of one transaction."""
+        pipe = self.client.pipeline(transaction=True)
+        queue(pipe, "TIME")
+        for request in requests:
+            key = self._key(request.job, "stream")
+            queue(pipe, *idmp_xadd_command(key, request.slot, self._fields(request, claimed)))
+            queue(pipe, "XREVRANGE", key, "+", "-", "COUNT", 1)
+        sent = wall_clock_ms()
+        clock, *rest = await execute(pipe)
+        return self._observe(clock, sent), list(zip(rest[::2], rest[1::2], strict=True))
 
     def _history_command(self, job: str, query: HistoryQuery) -> list[str | int]:
         # Entry ids are arrival times; a claim arrives at most EARLY_TOLERANCE_MS early,

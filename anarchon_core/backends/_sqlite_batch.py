@@ -234,6 +234,16 @@ class WriteQueue:
             self._send_next()
         return future
 
+    def submit_many(self, decisions: Sequence[Decision[Any]]) -> list[asyncio.Future[Any]]:
+        """Queue ``decisions`` together, in order: they leave in one batch (while they fit
+        in :data:`MAX_BATCH`), rather than the first alone and the rest after it."""
+        loop = asyncio.get_running_loop()
+        queued = [_Queued(decision, loop.create_future()) for decision in decisions]
+        self._queued.extend(queued)
+        if queued and self._in_flight is None:
+            self._send_next()
+        return [q.future for q in queued]
+
     async def drain(self) -> None:
         """Wait until every decision queued so far is settled (not cancellable midway)."""
         while self._in_flight is not None:

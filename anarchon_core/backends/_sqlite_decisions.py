@@ -21,6 +21,7 @@ from ..backend import (
     ClaimRequest,
     InstanceInfo,
     Lease,
+    PruneScope,
     TakeoverRequest,
     bound_error,
     meta_json,
@@ -183,11 +184,12 @@ def instance_from_row(row: tuple[Any, ...]) -> InstanceInfo:
 
 
 # -- retention ---------------------------------------------------------------------------
-def prune(conn: sqlite3.Connection, _now: int, *, older_than_ms: int) -> int:
+def prune(conn: sqlite3.Connection, _now: int, *, older_than_ms: int, scope: PruneScope) -> int:
     # Per job keep the slot of its latest record and its latest scheduled run: the
     # second anchors catch-up (last_scheduled_slot), which a manual run must not move.
+    # Only the jobs in scope: services that share the store keep their own retention.
     deleted = 0
-    for (job,) in conn.execute(sql.PRUNE_JOBS).fetchall():
+    for job in scope.select([job for (job,) in conn.execute(sql.PRUNE_JOBS)]):
         latest = conn.execute(sql.LATEST_SLOT, (job,)).fetchone()[0]
         anchor = conn.execute(sql.LAST_SCHEDULED_SLOT, (job,)).fetchone()
         keep = (latest, None if anchor is None else anchor[0])

@@ -23,8 +23,10 @@ from ..backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    FinishRequest,
     InstanceInfo,
     Lease,
+    PruneScope,
     TakeoverRequest,
     bound_error,
     instance_json,
@@ -40,6 +42,7 @@ from ..records import (
     Status,
     select_records,
 )
+from ..redact import brief_url
 
 __all__ = ["MemoryBackend"]
 
@@ -77,10 +80,8 @@ class MemoryBackend(Backend):
     def from_url(cls, url: str) -> MemoryBackend:
         """``memory://``: a fresh store private to this process."""
         if url.rstrip("/") != "memory:":
-            from . import mask_url  # the package imports this module first: no cycle
-
             raise ConfigurationError(
-                f"memory backend URL {mask_url(url)!r} is not valid: use 'memory://'"
+                f"memory backend URL {brief_url(url)} is not valid: use 'memory://'"
             )
         return cls()
 
@@ -187,6 +188,18 @@ class MemoryBackend(Backend):
                 run.lease_expires = now + lease_ms
             verdicts.append(ok)
         return verdicts
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """Each claim in order: decisions in memory need no concurrency (nor its tasks)."""
+        return [await self.claim(request) for request in requests]
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
+        return [
+            await self.finish(
+                r.lease, r.status, error=r.error, meta=r.meta, retry_in_ms=r.retry_in_ms
+            )
+            for r in requests
+        ]
 
     async def finish(
         self,
@@ -383,7 +396,14 @@ class MemoryBackend(Backend):
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
         return select_records(self._records.values(), query)
 
-    async def prune(self, older_than_ms: int) -> int:
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
+        scope = PruneScope.of(jobs, namespace)
         # Per job keep the slot of its latest record and its latest scheduled run: the
         # second anchors catch-up (last_scheduled_slot), which a manual run must not move.
         latest: dict[str, int] = {}
@@ -397,11 +417,18 @@ class MemoryBackend(Backend):
         doomed = [
             key
             for key, r in self._records.items()
-            if r.slot < older_than_ms and r.status in TERMINAL_STATUSES and key[:2] not in keep
+            if r.slot < older_than_ms
+            and r.status in TERMINAL_STATUSES
+            and key[:2] not in keep
+            and scope.matches(key[0])
         ]
         for key in doomed:
             del self._records[key]
         for run_key in [k for k, r in self._runs.items() if k[1] < older_than_ms]:
-            if self._runs[run_key].state in TERMINAL_STATUSES and run_key not in keep:
+            if (
+                self._runs[run_key].state in TERMINAL_STATUSES
+                and run_key not in keep
+                and scope.matches(run_key[0])
+            ):
                 del self._runs[run_key]  # terminal: never in the index of open runs
         return len(doomed)

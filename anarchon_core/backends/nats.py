@@ -19,10 +19,18 @@ horizon, and never later than ``max_age − margin``, so no entry can expire whi
 slot may still be claimed. JetStream shows clients no clock, so the local clock
 judges the horizon. The bucket is created idempotently by the first instance; its
 description records the layout version (``anarchon claim records, layout 1``).
+
+``claim_many`` sends every create of a batch before awaiting any acknowledgement
+(each with a reply subject of its own, at most :data:`MAX_IN_FLIGHT` unacknowledged,
+see :class:`_Pipeline`), then decides each
+claim from its own answer exactly as :meth:`NatsBackend.claim` does. When one claim of
+a batch fails, the batch fails and every claim in it counts as unanswered: the retry
+with the same tokens reads back (or knows locally) which of them it won.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -30,7 +38,7 @@ import random
 import re
 import string
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -39,6 +47,7 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client, Server
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
@@ -57,6 +66,7 @@ from ..durations import format_duration_ms, parse_duration_ms
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..names import validate_job_name
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
+from ..redact import brief, brief_url, redact_text, userinfo_problem
 
 __all__ = ["NatsBackend", "decode_job", "encode_job"]
 
@@ -71,6 +81,9 @@ DESCRIPTION = "anarchon claim records, layout {version}"
 _LAYOUT = re.compile(r"anarchon claim records, layout (\d+)")
 _BUCKET = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _OPTIONS = ("bucket", "ttl", "margin", "timeout", "replicas", "name")
+#: The lowest and highest ``ttl``, ``margin`` and ``timeout`` (ms); the longest ``name``.
+_BOUNDS = {"ttl": (1, 365 * 86_400_000), "margin": (0, 86_400_000), "timeout": (1, 3_600_000)}
+MAX_NAME = 255
 _URL_FORM = (
     "nats://[USER:PASSWORD@ or TOKEN@]HOST[:PORT][,HOST2[:PORT2]...]"
     "[?bucket=&ttl=&margin=&timeout=&replicas=&name=]"
@@ -80,6 +93,8 @@ _KEY_SAFE = frozenset(string.ascii_letters + string.digits + "_-")
 _ESCAPE = re.compile(r"=([0-9A-F]{2})")
 #: Tokens of claims whose answer was lost, so that a retry can read the entry back.
 _MAX_REMEMBERED = 10_000
+#: At most this many creates of ``claim_many`` (of one connection) are unacknowledged.
+MAX_IN_FLIGHT = 256
 #: JetStream's "wrong last sequence" error codes (the key already has an entry).
 _WRONG_SEQUENCE = (10071, 10164)
 _STREAM_IN_USE = 10058
@@ -163,6 +178,7 @@ class NatsBackend(Backend):
         self._max_age_ms: int | None = None  # of the bucket as found: None = unlimited
         self._won: OrderedDict[tuple[str, int], _Won] = OrderedDict()
         self._ambiguous: OrderedDict[str, None] = OrderedDict()
+        self._pipeline: _Pipeline | None = None
         self._errors: list[BaseException] = []
         self._opening = False
 
@@ -317,25 +333,11 @@ class NatsBackend(Backend):
     async def claim(self, request: ClaimRequest) -> Claim:
         kv = self._open_kv()
         now = self._clock()
-        if request.slot < now - self.horizon_ms(request.horizon_ms):
-            return Claim(Outcome.EXPIRED, store_now=now)
-        if request.slot > now + EARLY_TOLERANCE_MS:
-            return Claim(Outcome.EARLY, store_now=now)
+        judged = self._judge_locally(request, now)
+        if judged is not None:
+            return judged
         key = self.run_key(request.job, request.slot)
-        record = {
-            "layout": SCHEMA_VERSION,
-            "job": request.job,
-            "slot": request.slot,
-            "origin": str(request.origin),
-            "status": str(Status.CLAIMED),
-            "token": request.token,
-            "instance_id": request.instance_id,
-            "claimed_at": now,
-            "finished_at": None,
-            "error": None,
-            "meta": {},
-            "fingerprint": request.fingerprint,
-        }
+        record = _claim_record(request, now)
         try:
             revision = await kv.update(key, _dump(record), last=0)
         except nats.js.errors.KeyWrongLastSequenceError:
@@ -352,8 +354,124 @@ class NatsBackend(Backend):
         _remember(self._won, (request.job, request.slot), _Won(request.token, revision, record))
         return Claim(Outcome.WON, 1, now)
 
+    def _judge_locally(self, request: ClaimRequest, now: int) -> Claim | None:
+        """``EXPIRED`` or ``EARLY`` by the local clock (nothing is sent); ``None``: send it."""
+        if request.slot < now - self.horizon_ms(request.horizon_ms):
+            return Claim(Outcome.EXPIRED, store_now=now)
+        if request.slot > now + EARLY_TOLERANCE_MS:
+            return Claim(Outcome.EARLY, store_now=now)
+        return None
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """Claim a batch: every create sent, then the acknowledgements awaited together.
+
+        Each claim is decided from its own answer as :meth:`claim` decides it, in order
+        (one connection keeps the publishes in order, so of two claims of one run the
+        first wins). Past its horizon or early, a claim is answered without being sent.
+        At most :data:`MAX_IN_FLIGHT` creates are unacknowledged at a time, each given
+        ``timeout`` from its send. If any claim fails, the batch raises once every
+        create has ended, and each claim sent counts as unanswered: a retry with the
+        same tokens answers ``won`` for those this backend won (it knows them, or
+        reads the entry back) and ``taken`` for the others.
+        """
+        kv = self._open_kv()
+        now = self._clock()
+        answers = [self._judge_locally(request, now) for request in requests]
+        sends = [
+            (i, self.run_key(request.job, request.slot), _claim_record(request, now))
+            for i, request in enumerate(requests)
+            if answers[i] is None
+        ]
+        if not sends:
+            return [answer for answer in answers if answer is not None]
+        results = await self._create_many([(key, record) for _, key, record in sends])
+        unresolved: list[tuple[int, str]] = []
+        failed: BaseException | None = None
+        for (i, key, record), result in zip(sends, results, strict=True):
+            request = requests[i]
+            if isinstance(result, int):
+                won = _Won(request.token, result, record)
+                _remember(self._won, (request.job, request.slot), won)
+                self._ambiguous.pop(request.token, None)
+                answers[i] = Claim(Outcome.WON, 1, now)
+            elif result is None:  # wrong last sequence: the key has an entry
+                if self._ambiguous.pop(request.token, 0) is None:
+                    unresolved.append((i, key))
+                else:
+                    answers[i] = Claim(Outcome.TAKEN, store_now=now)
+            elif failed is None:
+                failed = result
+        if failed is None and unresolved:
+            gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+            async def resolve(i: int, key: str) -> Claim:
+                async with gate:
+                    return await self._resolve(kv, key, requests[i], now)
+
+            resolved = await asyncio.gather(
+                *(resolve(i, key) for i, key in unresolved), return_exceptions=True
+            )
+            for (i, _), answer in zip(unresolved, resolved, strict=True):
+                if isinstance(answer, BaseException):
+                    failed = failed or answer
+                else:
+                    answers[i] = answer
+        if failed is not None:
+            for i, _, _ in sends:  # no answer reaches the caller: a retry resolves each
+                _remember(self._ambiguous, requests[i].token, None)
+            if isinstance(failed, BackendUnavailable):
+                raise failed
+            raise BackendUnavailable(
+                f"NATS at {self.describe()} did not answer every claim of a batch of "
+                f"{len(sends)}: {_text(failed)} (a retry reads back which were won)"
+            ) from failed
+        return [answer for answer in answers if answer is not None]
+
+    async def _create_many(self, creates: list[tuple[str, dict[str, Any]]]) -> list[_Created]:
+        """Create each key (expected last subject sequence 0), pipelined; one answer each.
+
+        Every create sent has ended (answered, failed or timed out) when this returns,
+        so a retry of the batch never races with a copy of itself still in flight. A
+        create not sent (disconnected, or the window stayed full) fails like the others.
+        """
+        nc = self._nc
+        assert nc is not None  # _open_kv checked it
+        if self._pipeline is None or self._pipeline.nc is not nc:
+            self._pipeline = _Pipeline(nc)
+        pipeline, timeout = self._pipeline, self.timeout_ms / 1000
+        futures: list[asyncio.Future[Msg]] = []
+        unsent: BaseException | None = None
+        async with pipeline.lock:  # one batch sends at a time: each in order
+            for key, record in creates:
+                if not nc.is_connected:
+                    unsent = BackendUnavailable(f"NATS at {self.describe()} is reconnecting")
+                    break
+                try:
+                    futures.append(
+                        await pipeline.send(f"$KV.{self.bucket}.{key}", _dump(record), timeout)
+                    )
+                except (TimeoutError, *_TRANSIENT) as exc:
+                    unsent = exc
+                    break
+        try:
+            if futures:
+                await asyncio.wait(futures)
+        finally:  # cancelled: no create stays pending (each holds a slot of the window)
+            for future in futures:
+                future.cancel()
+        results = [_created(future, timeout) for future in futures]
+        results += [unsent or BackendUnavailable("not sent")] * (len(creates) - len(futures))
+        return results
+
     async def _resolve(self, kv: KeyValue, key: str, request: ClaimRequest, now: int) -> Claim:
-        """A claim sent before without an answer: the entry tells whether it was ours."""
+        """A claim sent before without an answer: the entry tells whether it was ours.
+
+        Known without a read when this backend won it with this token (a batch that
+        failed after this claim was acknowledged).
+        """
+        held = self._won.get((request.job, request.slot))
+        if held is not None and held.token == request.token:
+            return Claim(Outcome.WON, 1, now)
         try:
             entry = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
@@ -482,13 +600,17 @@ class NatsBackend(Backend):
         cause = next(
             (e for e in reversed(seen) if not isinstance(e, nats.errors.NoServersError)), exc
         )
-        return BackendUnavailable(f"{where} cannot be reached: {_text(cause)}")
+        return BackendUnavailable(
+            f"{where} cannot be reached: {redact_text(_text(cause), self._url)}"
+        )
 
     async def _on_error(self, exc: Exception) -> None:
         if self._opening:
             self._errors.append(exc)
             return
-        logger.warning("NATS connection error (%s): %s", self.describe(), _text(exc))
+        logger.warning(
+            "NATS connection error (%s): %s", self.describe(), redact_text(_text(exc), self._url)
+        )
 
     async def _on_disconnected(self) -> None:
         if not self._opening and self._nc is not None:
@@ -517,6 +639,107 @@ def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
     cache.move_to_end(key)
     while len(cache) > _MAX_REMEMBERED:
         cache.popitem(last=False)
+
+
+def _claim_record(request: ClaimRequest, now: int) -> dict[str, Any]:
+    """The entry a claim creates: ``claimed`` by its token, until its outcome is written."""
+    return {
+        "layout": SCHEMA_VERSION,
+        "job": request.job,
+        "slot": request.slot,
+        "origin": str(request.origin),
+        "status": str(Status.CLAIMED),
+        "token": request.token,
+        "instance_id": request.instance_id,
+        "claimed_at": now,
+        "finished_at": None,
+        "error": None,
+        "meta": {},
+        "fingerprint": request.fingerprint,
+    }
+
+
+#: A create's answer: the entry's revision (created), ``None`` (the key has an entry:
+#: "wrong last sequence") or the error that left it unanswered.
+_Created = int | None | BaseException
+
+
+class _Pipeline:
+    """JetStream publishes of one connection sent without waiting for each other's answer.
+
+    Each publish carries a reply subject of its own under one inbox subscription; its
+    future gets the reply, or is cancelled after its timeout. At most
+    :data:`MAX_IN_FLIGHT` are unanswered. (nats-py's ``publish_async`` would do this,
+    but as of 2.16 it leaves the future of an error reply pending, and a refused
+    create is every losing claim.)
+    """
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.lock = asyncio.Lock()
+        self._window = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._inbox = nc.new_inbox()
+        self._pending: dict[str, asyncio.Future[Msg]] = {}
+        self._subscribed = False
+        self._sent = 0
+
+    async def send(self, subject: str, payload: bytes, timeout: float) -> asyncio.Future[Msg]:
+        """Publish a create (expected last subject sequence 0); the future of its reply."""
+        if not self._subscribed:
+            await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_reply)
+            self._subscribed = True
+        async with asyncio.timeout(timeout):
+            await self._window.acquire()
+        loop = asyncio.get_running_loop()
+        self._sent += 1
+        token = str(self._sent)
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._pending[token] = future
+        timer = loop.call_later(timeout, future.cancel)
+
+        def ended(_: asyncio.Future[Msg]) -> None:
+            timer.cancel()
+            self._pending.pop(token, None)
+            self._window.release()
+
+        future.add_done_callback(ended)
+        try:
+            await self.nc.publish(
+                subject,
+                payload,
+                reply=f"{self._inbox}.{token}",
+                headers={api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
+            )
+        except BaseException:
+            future.cancel()
+            raise
+        return future
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self._pending.pop(msg.subject[len(self._inbox) + 1 :], None)
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+
+def _created(future: asyncio.Future[Msg], timeout: float) -> _Created:
+    """What the reply to a create says (see :data:`_Created`)."""
+    if future.cancelled():
+        return TimeoutError(f"no acknowledgement within {timeout:g} s")
+    msg = future.result()
+    if msg.headers and msg.headers.get(api.Header.STATUS) == "503":
+        return nats.js.errors.NoStreamResponseError()
+    try:
+        answer = json.loads(msg.data)
+        error = answer.get("error")
+        if error is None:
+            return int(answer["seq"])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return nats.js.errors.APIError(description=f"unreadable acknowledgement: {exc}")
+    if error.get("err_code") in _WRONG_SEQUENCE:
+        return None
+    return nats.js.errors.APIError(
+        code=error.get("code"), description=error.get("description"), err_code=error.get("err_code")
+    )
 
 
 def _dump(record: dict[str, Any]) -> bytes:
@@ -551,22 +774,23 @@ def _run_record(data: dict[str, Any]) -> RunRecord | None:
 
 
 def _parse_url(url: str) -> tuple[list[str], dict[str, str | None], dict[str, str]]:
-    """Servers, credentials and options of a ``nats://`` URL."""
-    from . import mask_url
+    """Servers, credentials and options of a ``nats://`` URL, each option checked."""
 
     def invalid(why: str = "") -> ConfigurationError:
         return ConfigurationError(
-            f"NATS URL {mask_url(url) if isinstance(url, str) else url!r} is not valid"
-            f"{f' ({why})' if why else ''}: use {_URL_FORM}"
+            f"NATS URL {brief_url(url)} is not valid{f' ({why})' if why else ''}: use {_URL_FORM}"
         )
 
     if not isinstance(url, str):
         raise invalid()
+    problem = userinfo_problem(url)
+    if problem is not None:
+        raise invalid(problem)
     try:
         parts = urlsplit(url)
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as exc:
-        raise invalid(str(exc)) from exc
+    except ValueError:
+        raise invalid() from None
     if parts.scheme != "nats" or parts.fragment or parts.path not in ("", "/"):
         raise invalid()
     userinfo, _, hosts = parts.netloc.rpartition("@")
@@ -582,8 +806,8 @@ def _parse_url(url: str) -> tuple[list[str], dict[str, str | None], dict[str, st
         try:
             one = urlsplit(f"nats://{host}")
             port = one.port
-        except ValueError as exc:
-            raise invalid(str(exc)) from exc
+        except ValueError:
+            raise invalid(f"port of {brief(host)} is not a number from 1 to 65535") from None
         if not host or not one.hostname:
             raise invalid("a host is missing")
         servers.append(f"nats://{host if port else f'{host}:4222'}")
@@ -591,11 +815,16 @@ def _parse_url(url: str) -> tuple[list[str], dict[str, str | None], dict[str, st
     for key, value in pairs:
         if key not in _OPTIONS:
             raise ConfigurationError(
-                f"NATS URL {mask_url(url)!r} has an unknown option {key!r}; accepted: "
+                f"NATS URL {brief_url(url)} has an unknown option {brief(key)}; accepted: "
                 + ", ".join(_OPTIONS)
             )
         if key in options:
-            raise ConfigurationError(f"NATS URL {mask_url(url)!r} repeats option {key!r}")
+            raise ConfigurationError(f"NATS URL {brief_url(url)} repeats option {brief(key)}")
+        if key == "name" and not (0 < len(value) <= MAX_NAME and value.isprintable()):
+            raise ConfigurationError(
+                f"NATS URL option name={brief(value)} is not valid: give 1-{MAX_NAME} printable "
+                f"characters"
+            )
         options[key] = value
     return servers, auth, options
 
@@ -603,34 +832,37 @@ def _parse_url(url: str) -> tuple[list[str], dict[str, str | None], dict[str, st
 def _validate_bucket(bucket: object) -> str:
     if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket):
         raise ConfigurationError(
-            f"NATS bucket {bucket!r} is not valid: use 1-64 characters from A-Z a-z 0-9 _ -"
+            f"NATS bucket {brief(bucket)} is not valid: use 1-64 characters from A-Z a-z 0-9 _ -"
         )
     return bucket
 
 
 def _duration(key: str, text: str | None, value: int | None, default: int) -> int:
+    low, high = _BOUNDS[key]
     if value is not None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigurationError(
-                f"NATS option {key}_ms={value!r} is not valid: give milliseconds as an int >= 0"
+                f"NATS option {key}_ms={brief(value)} is not valid: give milliseconds as an int "
+                f"from {low} to {high}"
             )
         return value
     if text is None:
         return default
-    return parse_duration_ms(text, what=f"NATS URL option {key}", allow_zero=key == "margin")
+    return parse_duration_ms(text, what=f"NATS URL option {key}", allow_zero=low == 0, maximum=high)
 
 
 def _replicas(text: str | None, value: int | None) -> int:
     if value is None:
-        value = 1 if text is None else int(text) if text.isdigit() else 0
+        value = 1 if text is None else int(text) if re.fullmatch(r"[0-9]{1,2}", text) else 0
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
         raise ConfigurationError(
-            f"NATS replicas {text if value == 0 else value!r} is not valid: give 1 to 5 "
+            f"NATS replicas {brief(text if value == 0 else value)} is not valid: give 1 to 5 "
             f"(JetStream stream replicas)"
         )
     return value
 
 
 def _text(exc: BaseException) -> str:
+    """A driver's message for ours: any URL or ``password=`` it quotes redacted."""
     text = str(exc) or repr(exc)
-    return f"{type(exc).__name__}: {text}"
+    return f"{type(exc).__name__}: {redact_text(text)}"

@@ -4,7 +4,9 @@ Every decision of the contract is one statement, so one round trip, in autocommi
 the claim, the takeover and the trigger call PL/pgSQL functions created at
 :meth:`open` (see :mod:`._postgres_sql` for why functions and not one CTE);
 heartbeat, finish, release, the sweep, cancel and the registry are single statements
-(:mod:`._postgres_ops` holds the operations' SQL). Two claims of one run are decided
+(:mod:`._postgres_ops` holds the operations' SQL). A batch is one round trip and one
+commit too: ``claim_many`` calls a function that runs the claim function for each
+request, and ``finish_many`` is one statement over arrays. Two claims of one run are decided
 by the primary key (``INSERT … ON CONFLICT DO NOTHING``); "another live run of this
 job" is decided under a transaction-scoped advisory lock on the job, so it cannot
 race a claim of another slot. Every time is read from ``clock_timestamp()`` inside
@@ -29,8 +31,8 @@ from ..backend import (
     Capabilities,
 )
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
-from . import mask_url
-from ._postgres_conninfo import connection_kwargs, mask_conninfo, parse_conninfo, split_url
+from ..redact import brief_url, redact_text, redact_url
+from ._postgres_conninfo import connection_kwargs, parse_conninfo, split_url
 from ._postgres_contract import Params, PostgresContract
 from ._postgres_sql import (
     PREFIX_MAX,
@@ -112,10 +114,10 @@ class PostgresBackend(PostgresContract):
                 prepare_threshold=threshold,
             )
         except ConfigurationError as exc:
-            raise ConfigurationError(f"{exc} (in {mask_url(url)!r})") from None
+            raise ConfigurationError(f"{exc} (in {brief_url(url)})") from None
 
     def describe(self) -> str:
-        where = mask_conninfo(self.conninfo)
+        where = redact_url(self.conninfo)
         if (self.schema, self.table_prefix) != ("public", "anarchon_"):
             where += f" [{self.schema}.{self.table_prefix}*]"
         return where
@@ -250,7 +252,7 @@ class PostgresBackend(PostgresContract):
                 logger.warning(
                     "connection to %s lost (%s); retrying on a fresh connection",
                     self.describe(),
-                    str(exc).strip() or type(exc).__name__,
+                    redact_text(str(exc).strip(), self.conninfo) or type(exc).__name__,
                 )
                 with contextlib.suppress(psycopg.Error):  # it logs what it discards
                     await pool.check()
@@ -258,7 +260,8 @@ class PostgresBackend(PostgresContract):
 
     def _convert(self, exc: BaseException) -> BackendError:
         """Connection and operational problems are retryable; everything else is not."""
-        message = f"PostgreSQL store {self.describe()}: {str(exc).strip() or type(exc).__name__}"
+        text = redact_text(str(exc).strip(), self.conninfo) or type(exc).__name__
+        message = f"PostgreSQL store {self.describe()}: {text}"
         if isinstance(exc, PoolClosed):
             return BackendError(f"{self.describe()} is not open: await open() first")
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout):

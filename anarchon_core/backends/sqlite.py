@@ -34,14 +34,17 @@ from ..backend import (
     Claim,
     ClaimRequest,
     DueRun,
+    FinishRequest,
     InstanceInfo,
     Lease,
+    PruneScope,
     TakeoverRequest,
     instance_json,
     wall_clock_ms,
 )
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..records import HistoryQuery, Origin, RunRecord, Status
+from ..redact import brief_url
 from . import _sqlite_decisions as decisions
 from . import _sqlite_sql as sql
 from ._sql import history_filter, record_from_row
@@ -90,8 +93,6 @@ class SqliteBackend(Backend):
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
         """``sqlite:///relative.db`` (from the working directory) or ``sqlite:////abs.db``."""
-        from . import mask_url  # the package imports this module lazily, so no cycle
-
         try:
             parts = urlsplit(url)
         except ValueError:
@@ -107,7 +108,7 @@ class SqliteBackend(Backend):
             or parts.path.endswith("/")
         ):
             raise ConfigurationError(
-                f"SQLite backend URL {mask_url(url)!r} is not valid: use {_URL_FORMS}"
+                f"SQLite backend URL {brief_url(url)} is not valid: use {_URL_FORMS}"
             )
         return cls(parts.path[1:])
 
@@ -183,6 +184,17 @@ class SqliteBackend(Backend):
             raise BackendError(f"{self.describe()} is not open: await open() first")
         return await queue.submit(Decision(decide, precheck))
 
+    async def _write_many(self, batch: list[Decision[T]]) -> list[T]:
+        """Settle ``batch`` in order, queued together; the first error once all are settled."""
+        queue = self._queue
+        if queue is None:
+            raise BackendError(f"{self.describe()} is not open: await open() first")
+        answers = await asyncio.gather(*queue.submit_many(batch), return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return answers  # type: ignore[return-value]
+
     def _guarded(self, op: Callable[[], T]) -> T:
         """Run ``op`` in the worker thread, retrying busy answers; convert driver errors."""
         return retry_busy(op, timeout_ms=self.busy_timeout_ms, convert=self._convert)
@@ -202,6 +214,18 @@ class SqliteBackend(Backend):
         return await self._write(
             partial(decisions.claim, request=request),
             partial(decisions.claim_precheck, request=request),
+        )
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """The claims queued at once, so they share one transaction (up to ``MAX_BATCH``)."""
+        return await self._write_many(
+            [
+                Decision(
+                    partial(decisions.claim, request=request),
+                    partial(decisions.claim_precheck, request=request),
+                )
+                for request in requests
+            ]
         )
 
     # -- lease operations ----------------------------------------------------------
@@ -232,6 +256,19 @@ class SqliteBackend(Backend):
     ) -> bool:
         decide = decisions.finish(lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms)
         return await self._write(decide)
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
+        """The finishes queued at once, so they share one transaction (up to ``MAX_BATCH``)."""
+        return await self._write_many(
+            [
+                Decision(
+                    decisions.finish(
+                        r.lease, r.status, error=r.error, meta=r.meta, retry_in_ms=r.retry_in_ms
+                    )
+                )
+                for r in requests
+            ]
+        )
 
     async def release(self, lease: Lease) -> bool:
         def decide(conn: sqlite3.Connection, now: int) -> bool:
@@ -285,8 +322,15 @@ class SqliteBackend(Backend):
 
         return await self._call(read)
 
-    async def prune(self, older_than_ms: int) -> int:
-        return await self._write(partial(decisions.prune, older_than_ms=older_than_ms))
+    async def prune(
+        self,
+        older_than_ms: int,
+        *,
+        jobs: Collection[str] | None = None,
+        namespace: str | None = None,
+    ) -> int:
+        scope = PruneScope.of(jobs, namespace)
+        return await self._write(partial(decisions.prune, older_than_ms=older_than_ms, scope=scope))
 
     # -- operations ----------------------------------------------------------------
     async def set_paused(self, job: str, paused: bool) -> None:

@@ -105,3 +105,43 @@ async def test_a_slot_past_its_horizon_or_too_early_is_not_won(url: str) -> None
     assert late.outcome == Outcome.EXPIRED
     assert early.outcome == Outcome.EARLY
     assert within.outcome == Outcome.WON
+
+
+async def test_batched_claims_have_one_winner_per_run_across_instances(url: str) -> None:
+    """Every instance sends all the runs due at one instant as one ``claim_many``."""
+    async with instances(url, 4) as stores:
+        slot = await stores[0].now_ms()
+        jobs = [f"batched.{n}" for n in range(20)]
+        batches = await asyncio.gather(
+            *(s.claim_many([request(slot, job) for job in jobs]) for s in stores)
+        )
+    assert all(len(answers) == len(jobs) for answers in batches)
+    won = Counter(
+        job
+        for answers in batches
+        for job, a in zip(jobs, answers, strict=True)
+        if a.outcome == Outcome.WON
+    )
+    assert won == Counter(jobs), "each run won exactly once"
+    assert {a.outcome for answers in batches for a in answers} == {Outcome.WON, Outcome.TAKEN}
+
+
+async def test_a_batched_claim_is_answered_as_each_claim_alone(url: str) -> None:
+    """Answers come back in request order, each as a single claim would get it: a won
+    run, a run held by another token, a repeat of the winner's token, and too early."""
+    async with instances(url, 2) as (a, b):
+        now = await a.now_ms()
+        held = request(now, "alone.held", token="holder")
+        assert (await b.claim(held)).outcome == Outcome.WON
+        fresh = request(now, "alone.fresh", token="fresh")
+        answers = await a.claim_many(
+            [
+                fresh,
+                request(now, "alone.held", token="other"),
+                request(now + 60_000, "alone.early"),
+            ]
+        )
+        assert [c.outcome for c in answers] == [Outcome.WON, Outcome.TAKEN, Outcome.EARLY]
+        (again,) = await b.claim_many([fresh])
+        assert again.outcome in (Outcome.WON, Outcome.TAKEN), "never a second winner"
+        assert await a.claim_many([]) == []

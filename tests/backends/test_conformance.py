@@ -14,15 +14,19 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from anarchon_core.backend import (
     MAX_ERROR_CHARS,
     Backend,
     Claim,
     ClaimRequest,
     DueRun,
+    FinishRequest,
     Lease,
     TakeoverRequest,
 )
+from anarchon_core.errors import ConfigurationError
 from anarchon_core.records import (
     HistoryQuery,
     Origin,
@@ -319,6 +323,48 @@ async def test_finish_records_the_outcome(backend: Backend) -> None:
     assert rec.finished_at is not None and rec.started_at is not None
     assert rec.finished_at >= rec.started_at
     assert await backend.due_runs([JOB]) == []
+
+
+async def test_batched_claims_keep_pause_and_overlap_in_request_order(backend: Backend) -> None:
+    """A batch is decided request by request: a run won early in the batch makes a
+    later slot of its job ``SKIPPED``; a paused job's run is ``PAUSED``."""
+    now = await backend.now_ms()
+    await backend.set_paused("paused", True)
+    requests = [
+        claim_request(now - 1000, job="busy"),
+        claim_request(now, job="busy"),
+        claim_request(now, job="paused"),
+        claim_request(now, job="free"),
+    ]
+    answers = await backend.claim_many(requests)
+    assert [a.outcome for a in answers] == [
+        Outcome.WON,
+        Outcome.SKIPPED,
+        Outcome.PAUSED,
+        Outcome.WON,
+    ]
+    assert [a.attempt for a in answers] == [1, 0, 0, 1]
+
+
+async def test_batched_finishes_are_fenced_each_by_its_token(backend: Backend) -> None:
+    now = await backend.now_ms()
+    first = await win(backend, now, job="one")
+    second = await win(backend, now, job="two")
+    stale = Lease(second.job, second.slot, second.attempt, "not-the-token")
+    answers = await backend.finish_many(
+        [
+            FinishRequest(first, Status.SUCCESS, meta={"n": 1}),
+            FinishRequest(stale, Status.FAILED, error="boom"),
+        ]
+    )
+    assert answers == [True, False]
+    assert (await record(backend, first)).status == Status.SUCCESS
+    assert (await record(backend, second)).status == Status.RUNNING
+    assert await backend.finish_many(
+        [FinishRequest(second, Status.FAILED, error="late", retry_in_ms=RETRY_MS)]
+    ) == [True]
+    assert await backend.finish_many([FinishRequest(first, Status.SUCCESS)]) == [True]
+    assert await backend.finish_many([]) == []
 
 
 async def test_finish_is_fenced_by_token(backend: Backend) -> None:
@@ -689,3 +735,66 @@ async def test_prune_keeps_latest_and_unfinished_records(backend: Backend) -> No
     }
     assert await backend.last_scheduled_slot("c") == now - 3000
     assert await backend.prune(now + 1000) == 0  # what is left is kept at any age
+
+
+async def _finished_history(backend: Backend, jobs: list[str], now: int) -> None:
+    """Three finished runs of each job, 4 s, 3 s and 2 s ago."""
+    for job in jobs:
+        for age in (4000, 3000, 2000):
+            lease = await win(backend, now - age, job=job, skip_overlap=False)
+            assert await backend.finish(lease, Status.SUCCESS)
+
+
+async def _slots_by_job(backend: Backend) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in await records(backend):
+        counts[r.job] = counts.get(r.job, 0) + 1
+    return counts
+
+
+async def test_prune_with_jobs_leaves_other_jobs_history(backend: Backend) -> None:
+    """Services sharing a store each prune their own jobs (the engine passes ``jobs``)."""
+    now = await backend.now_ms()
+    names = ["billing:sync", "billing:report", "shop:sync", "plain"]
+    await _finished_history(backend, names, now)
+    assert await backend.prune(now, jobs=["billing:sync", "plain"]) == 4
+    assert await _slots_by_job(backend) == {
+        "billing:sync": 1,  # each pruned job keeps its latest record
+        "billing:report": 3,
+        "shop:sync": 3,
+        "plain": 1,
+    }
+    assert await backend.prune(now, jobs=[]) == 0  # no jobs: nothing
+    assert await backend.prune(now, jobs={"no-such-job"}) == 0
+    assert len(await records(backend)) == 8
+
+
+async def test_prune_with_namespace_leaves_other_namespaces_history(backend: Backend) -> None:
+    now = await backend.now_ms()
+    # "bill" is a prefix of "billing" and "bill_ing" holds a LIKE wildcard: neither is in
+    # namespace "bill", whose store names all start with "bill:".
+    names = ["bill:sync", "bill:a:b", "billing:sync", "bill_ing:sync", "bill", "shop:bill:x"]
+    await _finished_history(backend, names, now)
+    assert await backend.prune(now, namespace="bill") == 4
+    counts = await _slots_by_job(backend)
+    assert counts == {
+        "bill:sync": 1,
+        "bill:a:b": 1,
+        "billing:sync": 3,
+        "bill_ing:sync": 3,
+        "bill": 3,
+        "shop:bill:x": 3,
+    }
+    assert await backend.prune(now, namespace="nobody") == 0
+    assert await backend.prune(now) == 8  # no scope: every job (anarchon prune --all)
+    assert set((await _slots_by_job(backend)).values()) == {1}
+
+
+async def test_prune_scope_is_validated(backend: Backend) -> None:
+    now = await backend.now_ms()
+    with pytest.raises(ConfigurationError, match="not both"):
+        await backend.prune(now, jobs=["a"], namespace="b")
+    with pytest.raises(ConfigurationError, match="may not contain ':'"):
+        await backend.prune(now, namespace="a:b")
+    with pytest.raises(ConfigurationError, match="collection of store names"):
+        await backend.prune(now, jobs="sync")

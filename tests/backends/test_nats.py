@@ -33,6 +33,7 @@ from test_conformance import history_pages
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
 from anarchon_core.backends import backend_from_url
+from anarchon_core.backends import nats as nats_backend
 from anarchon_core.backends.nats import NatsBackend, decode_job, encode_job
 from anarchon_core.cli import main as cli_main
 from anarchon_core.errors import (
@@ -208,6 +209,89 @@ async def test_entries_expire_with_the_bucket_max_age(
             assert time.monotonic() < deadline, "the entry did not expire"
             await asyncio.sleep(0.2)
     assert (await stream_info(bucket)).state.messages == 0
+
+
+# -- batched claims ---------------------------------------------------------------------------
+async def test_batches_from_three_stores_have_one_winner_per_run(
+    open_store: Callable[..., Any], bucket: str
+) -> None:
+    """Three instances send the same 200 runs, each as one ``claim_many``, at once; each
+    run's entry holds its winner's token."""
+    slot = now_ms()
+    jobs = [f"batch.{n}" for n in range(200)]
+    sent = [[request(slot, job=job) for job in jobs] for _ in range(3)]
+    async with open_store() as a, open_store() as b, open_store() as c:
+        batches = await asyncio.gather(
+            *(s.claim_many(requests) for s, requests in zip((a, b, c), sent, strict=True))
+        )
+        keys = [a.run_key(job, slot) for job in jobs]
+    winners: dict[str, list[str]] = {job: [] for job in jobs}
+    for requests, answers in zip(sent, batches, strict=True):
+        for r, answer in zip(requests, answers, strict=True):
+            if answer.outcome == Outcome.WON:
+                winners[r.job].append(r.token)
+    assert all(len(tokens) == 1 for tokens in winners.values()), "every run won exactly once"
+    assert {x.outcome for answers in batches for x in answers} == {Outcome.WON, Outcome.TAKEN}
+    nc = await nats.connect(NATS_URL)
+    try:
+        kv = await nc.jetstream().key_value(bucket)
+        stored = [json.loads((await kv.get(key)).value or b"{}")["token"] for key in keys]
+    finally:
+        await nc.close()
+    assert stored == [winners[job][0] for job in jobs]
+
+
+async def test_a_failed_batch_retried_with_its_tokens_wins_only_its_own_runs(
+    open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One create's answer is lost: the batch fails as a whole; the retry with the same
+    tokens answers won for every run it created (known locally, or read back) and
+    taken for the runs another instance holds."""
+    slot = now_ms()
+    jobs = [f"retry.{n}" for n in range(30)]
+    mine = [request(slot, job=job) for job in jobs]
+    async with open_store() as a, open_store() as b:
+        theirs = await b.claim_many([request(slot, job=job) for job in jobs[:5]])
+        assert {c.outcome for c in theirs} == {Outcome.WON}
+        create_many = a._create_many
+
+        async def lossy(creates: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+            results = await create_many(creates)
+            results[10] = TimeoutError("the acknowledgement was lost")  # it was created
+            return results
+
+        monkeypatch.setattr(a, "_create_many", lossy)
+        with pytest.raises(BackendUnavailable, match="a retry reads back"):
+            await a.claim_many(mine)
+        monkeypatch.undo()
+        again = await a.claim_many(mine)
+        assert [c.outcome for c in again] == [Outcome.TAKEN] * 5 + [Outcome.WON] * 25
+        assert not a._ambiguous
+        others = await b.claim_many([request(slot, job=job) for job in jobs])
+        assert {c.outcome for c in others} == {Outcome.TAKEN}, "never a second winner"
+        lease = Lease(jobs[10], slot, 1, mine[10].token)
+        assert await a.finish(lease, Status.SUCCESS), "the read-back run is finished by its token"
+
+
+async def test_a_batch_keeps_at_most_max_in_flight_creates_unanswered(
+    open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nats_backend, "MAX_IN_FLIGHT", 8)
+    send, peak = nats_backend._Pipeline.send, [0]
+
+    async def counting(self: Any, *args: Any) -> Any:
+        future = await send(self, *args)
+        peak[0] = max(peak[0], len(self._pending))
+        return future
+
+    monkeypatch.setattr(nats_backend._Pipeline, "send", counting)
+    slot = now_ms()
+    async with open_store() as store:
+        answers = await store.claim_many([request(slot, job=f"w.{n}") for n in range(100)])
+        assert [c.outcome for c in answers] == [Outcome.WON] * 100
+        repeat = await store.claim_many([request(slot, job=f"w.{n}") for n in range(100)])
+        assert [c.outcome for c in repeat] == [Outcome.TAKEN] * 100
+    assert peak[0] == 8, "pipelined, and never more than MAX_IN_FLIGHT unanswered"
 
 
 # -- outcomes and history -------------------------------------------------------------------

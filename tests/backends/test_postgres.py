@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import random
 import secrets
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import (
     SCHEMA_VERSION,
     ClaimRequest,
+    FinishRequest,
     InstanceInfo,
     Lease,
     TakeoverRequest,
@@ -604,6 +606,225 @@ async def test_takeovers_of_two_runs_of_one_job_do_not_overlap() -> None:
         }
 
 
+# -- batches ---------------------------------------------------------------------------
+@asynccontextmanager
+async def statements_sent() -> AsyncIterator[list[str]]:
+    """Every statement any connection of this process sends, as sent."""
+    execute = psycopg.AsyncCursor.execute
+    sent: list[str] = []
+
+    async def counted(
+        self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kw: Any
+    ) -> psycopg.AsyncCursor[Any]:
+        sent.append(str(query))
+        return await execute(self, query, *args, **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.AsyncCursor, "execute", counted)
+        yield sent
+
+
+async def test_a_batch_is_one_statement_and_one_transaction() -> None:
+    """100 claims and then their 100 finishes: one statement each, each one commit (every
+    row it wrote carries one transaction id)."""
+    async with store() as backend, raw() as conn:
+        now = await backend.now_ms()
+        requests = [claim_request(now, job=f"batch.{n}", skip_overlap=True) for n in range(100)]
+        async with statements_sent() as sent:
+            claims = await backend.claim_many(requests)
+        assert sent == [backend.sql.claim_many]
+        assert {c.outcome for c in claims} == {Outcome.WON}
+        runs, attempts = table(backend, "runs"), table(backend, "attempts")
+        writers = sql.SQL("SELECT count(DISTINCT xmin::text), count(*) FROM {}")
+        assert await (await conn.execute(writers.format(runs))).fetchone() == (1, 100)
+        assert await (await conn.execute(writers.format(attempts))).fetchone() == (1, 100)
+        leases = [Lease(r.job, r.slot, 1, r.token) for r in requests]
+        async with statements_sent() as sent:
+            done = await backend.finish_many([FinishRequest(le, Status.SUCCESS) for le in leases])
+        assert sent == [backend.sql.finish_many]
+        assert done == [True] * 100
+        assert await (await conn.execute(writers.format(runs))).fetchone() == (1, 100)
+        statuses = sql.SQL("SELECT status, count(*) FROM {} GROUP BY status").format(attempts)
+        assert await (await conn.execute(statuses)).fetchall() == [("success", 100)]
+
+
+@pytest.mark.parametrize("skip_overlap", [True, False])
+async def test_overlapping_batches_in_opposite_orders_do_not_deadlock(skip_overlap: bool) -> None:
+    """Four instances claim the same 50 jobs, two slots each, at once, each its batch in
+    another order (forward, reversed, shuffled): every batch holds its locks until it
+    commits, so only one locking order keeps them from waiting for each other (a
+    deadlock would fail a batch after ``deadlock_timeout``)."""
+    async with store(max_size=4) as backend:
+        now = await backend.now_ms()
+        for round_ in range(6):
+            jobs = [f"dl.{round_}.{n:02d}" for n in range(50)]
+            runs = [(job, now - k) for job in jobs for k in (0, 1)]
+            orders = [runs, runs[::-1], random.sample(runs, len(runs)), runs[1:] + runs[:1]]
+            batches = [
+                [claim_request(slot, job=job, skip_overlap=skip_overlap) for job, slot in order]
+                for order in orders
+            ]
+            answers = await asyncio.gather(*(backend.claim_many(b) for b in batches))
+            won = Counter(
+                (r.job, r.slot) if not skip_overlap else r.job
+                for batch, claims in zip(batches, answers, strict=True)
+                for r, c in zip(batch, claims, strict=True)
+                if c.outcome == Outcome.WON
+            )
+            if skip_overlap:  # one live run per job: the other slot is skipped
+                assert won == Counter(jobs), won
+            else:
+                assert won == Counter(runs), won
+
+
+async def test_a_batch_with_several_runs_of_one_job_takes_its_lock_before_any_run() -> None:
+    """Another transaction holds the job's lock, a run of it (``s``) and is about to
+    claim ``s - 1``; a batch claiming ``s - 1`` then ``s`` waits for the job's lock and
+    holds none of its runs meanwhile, so that claim does not wait for the batch (both
+    waiting would be a deadlock) and the batch then finds both runs taken."""
+    async with store(max_size=2) as backend, raw() as conn:
+        now = await backend.now_ms()
+
+        def arrays(requests: list[ClaimRequest]) -> tuple[list[Any], ...]:
+            return tuple([getattr(r, field) for r in requests] for field in ClaimRequest.__slots__)
+
+        theirs = [claim_request(now, "a", "job"), claim_request(now - 2, "a2", "job")]
+        await conn.execute("BEGIN")
+        rows = await (await conn.execute(backend.sql.claim_many, arrays(theirs))).fetchall()
+        assert [row[1] for row in rows] == ["won", "won"]
+        mine = asyncio.create_task(
+            backend.claim_many([claim_request(now - 1, "b", "job"), claim_request(now, "b", "job")])
+        )
+        await blocked(mine)
+        single = claim_request(now - 1, "a", "job")
+        params = (single.job, now - 1, "schedule", "a", "x", 60_000, HOUR, False, "")
+        row = await (await conn.execute(backend.sql.claim, params)).fetchone()
+        assert row is not None and row[0] == "won"  # did not wait for the batch
+        await conn.execute("COMMIT")
+        answers = await asyncio.wait_for(mine, timeout=5)
+        assert [a.outcome for a in answers] == [Outcome.TAKEN, Outcome.TAKEN]
+
+
+async def test_batched_claims_answer_as_single_claims_in_order() -> None:
+    """The same requests sent one by one to one store and as one batch to another, from
+    the same state, get the same answers and leave the same history, in request order:
+    pause, overlap, a run held by another token, a repeat while live and once lapsed,
+    early and expired, and several requests of one run or one job."""
+
+    async def prepare(backend: PostgresBackend, now: int) -> None:
+        await backend.set_paused("paused", True)
+        assert (await backend.claim(claim_request(now, "holder", "held"))).outcome == Outcome.WON
+        lapsing = ClaimRequest("lapsed", now, Origin.SCHEDULE, "lapsing", "w", 1, HOUR, False)
+        assert (await backend.claim(lapsing)).outcome == Outcome.WON
+
+    def scenario(now: int) -> list[ClaimRequest]:
+        return [
+            claim_request(now, "repeat", "free"),
+            claim_request(now - 2000, "busy1", "busy", skip_overlap=True),
+            claim_request(now, "other", "free"),
+            claim_request(now, "repeat", "free"),
+            claim_request(now - 1000, "busy2", "busy", skip_overlap=True),
+            claim_request(now - 3000, "busy3", "busy"),
+            claim_request(now, "paused", "paused", skip_overlap=True),
+            claim_request(now, "other", "held"),
+            claim_request(now, "holder", "held"),
+            ClaimRequest("lapsed", now, Origin.SCHEDULE, "lapsing", "w", 1, HOUR, False),
+            claim_request(now + 60_000, "early", "early"),
+            claim_request(now - 2 * HOUR, "expired", "expired"),
+            ClaimRequest("printed", now, Origin.CATCH_UP, "fp", "w", 60_000, HOUR, True, "v2"),
+        ]
+
+    expected = [
+        (Outcome.WON, 1),
+        (Outcome.WON, 1),
+        (Outcome.TAKEN, 0),
+        (Outcome.WON, 1),
+        (Outcome.SKIPPED, 0),
+        (Outcome.WON, 1),
+        (Outcome.PAUSED, 0),
+        (Outcome.TAKEN, 0),
+        (Outcome.WON, 1),
+        (Outcome.LAPSED, 0),
+        (Outcome.EARLY, 0),
+        (Outcome.EXPIRED, 0),
+        (Outcome.WON, 1),
+    ]
+    async with store() as alone, store() as batched, raw() as conn:
+        now = await alone.now_ms()
+        for backend in (alone, batched):
+            await prepare(backend, now)
+        await asyncio.sleep(0.05)  # the lapsing lease expires
+        singles = [await alone.claim(r) for r in scenario(now)]
+        together = await batched.claim_many(scenario(now))
+        assert [(c.outcome, c.attempt) for c in singles] == expected
+        assert [(c.outcome, c.attempt) for c in together] == expected
+        assert all(c.store_now is not None and abs(c.store_now - now) < 10_000 for c in together)
+        stored = []
+        for backend in (alone, batched):
+            history = await backend.history(HistoryQuery(limit=100))
+            rows = await conn.execute(
+                sql.SQL(
+                    "SELECT job, slot, state, attempt, token, fingerprint FROM {} ORDER BY 1, 2"
+                ).format(table(backend, "runs"))
+            )
+            stored.append(
+                (
+                    [
+                        (r.job, r.slot, r.attempt, r.origin, r.status, r.instance_id)
+                        for r in history
+                    ],
+                    await rows.fetchall(),
+                )
+            )
+        assert stored[0] == stored[1]
+        assert ("printed", now, "running", 1, "fp", "v2") in stored[1][1]
+
+
+async def test_batched_finishes_answer_as_single_finishes_in_order() -> None:
+    """Finishes of one run twice in one batch: the first in order finishes it, a later
+    one is a repeat (true for the same status); stale tokens change nothing."""
+    async with store() as backend:
+        now = await backend.now_ms()
+        requests = [claim_request(now, job=job) for job in ("a", "b", "c")]
+        assert {c.outcome for c in await backend.claim_many(requests)} == {Outcome.WON}
+        a, b, c = (Lease(r.job, r.slot, 1, r.token) for r in requests)
+        stale = Lease("c", now, 1, "stale")
+        answers = await backend.finish_many(
+            [
+                FinishRequest(stale, Status.SUCCESS),
+                FinishRequest(a, Status.FAILED, error="boom", retry_in_ms=60_000),
+                FinishRequest(b, Status.SUCCESS, meta={"n": 1}),
+                FinishRequest(a, Status.FAILED, error="again"),
+                FinishRequest(b, Status.FAILED, error="late"),
+                FinishRequest(c, Status.SUCCESS),
+            ]
+        )
+        assert answers == [False, True, True, True, False, True]
+        history = {r.job: r for r in await backend.history(HistoryQuery(limit=10))}
+        assert (history["a"].status, history["a"].error) == (Status.FAILED, "boom")
+        assert (history["b"].status, history["b"].meta) == (Status.SUCCESS, {"n": 1})
+        assert history["c"].status == Status.SUCCESS
+        assert await backend.heartbeat([a, b, c], 60_000) == [False, False, False]
+
+
+async def test_batched_finishes_and_heartbeats_of_the_same_leases_do_not_deadlock() -> None:
+    """An instance's heartbeat and a batch of its finishes may run at once on two
+    connections: both lock the runs in key order, so neither waits for the other."""
+    async with store(max_size=4) as backend:
+        now = await backend.now_ms()
+        for round_ in range(5):
+            requests = [claim_request(now - round_, job=f"hb.{n:02d}") for n in range(50)]
+            assert {c.outcome for c in await backend.claim_many(requests)} == {Outcome.WON}
+            leases = [Lease(r.job, r.slot, 1, r.token) for r in requests]
+            finishes = [FinishRequest(le, Status.SUCCESS) for le in random.sample(leases, 50)]
+            results = await asyncio.gather(
+                backend.heartbeat(leases[::-1], 60_000),
+                backend.finish_many(finishes),
+                backend.heartbeat(random.sample(leases, 50), 60_000),
+            )
+            assert results[1] == [True] * 50
+
+
 async def blocked(task: asyncio.Task[Any]) -> None:
     """Assert that ``task`` is waiting (for a lock another connection holds)."""
     await asyncio.sleep(0.3)
@@ -792,6 +1013,8 @@ async def test_a_prune_batch_in_flight_does_not_block_claims() -> None:
         params = {
             "below": now,
             "terminal": TERMINAL,
+            "jobs": None,  # every job in scope
+            "prefix": None,
             "keep_jobs": ["job"],
             "keep_slots": [now - 2000],
             "batch": 1000,

@@ -40,6 +40,7 @@ from stores_rabbitmq import (
 from anarchon_core import Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
 from anarchon_core.backends import backend_from_url
+from anarchon_core.backends import rabbitmq as rabbitmq_backend
 from anarchon_core.backends.rabbitmq import RabbitMQBackend
 from anarchon_core.errors import (
     BackendError,
@@ -222,6 +223,107 @@ async def test_instances_disagreeing_on_the_horizon_still_get_one_winner(
         assert other.outcome == Outcome.TAKEN
         assert "another x-expires" in caplog.text
         assert (await b.claim(request(slot + 1, horizon_ms=20_000))).outcome == Outcome.WON
+
+
+# -- batched claims ---------------------------------------------------------------------------
+async def test_batches_from_three_stores_have_one_winner_per_run(
+    open_store: Callable[..., Any],
+) -> None:
+    """Three instances send the same 200 runs, each as one ``claim_many``, at once."""
+    slot = now_ms()
+    jobs = [f"batch.{n}" for n in range(200)]
+    async with open_store() as a, open_store() as b, open_store() as c:
+        batches = await asyncio.gather(
+            *(s.claim_many([request(slot, job=job) for job in jobs]) for s in (a, b, c))
+        )
+    won = Counter(
+        job
+        for answers in batches
+        for job, answer in zip(jobs, answers, strict=True)
+        if answer.outcome == Outcome.WON
+    )
+    assert won == Counter(jobs), "every run won exactly once"
+    assert {x.outcome for answers in batches for x in answers} == {Outcome.WON, Outcome.TAKEN}
+
+
+async def test_a_failed_batch_retried_with_its_tokens_keeps_its_confirmed_wins(
+    open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One claim of a batch fails: the batch fails as a whole; its retry with the same
+    tokens answers won for the claims that were confirmed, taken for the one whose
+    confirm was lost (at most once) and for the runs another instance holds."""
+    slot = now_ms()
+    jobs = [f"retry.{n}" for n in range(30)]
+    mine = [request(slot, job=job) for job in jobs]
+    async with open_store() as a, open_store() as b:
+        theirs = await b.claim_many([request(slot, job=job) for job in jobs[:5]])
+        assert {c.outcome for c in theirs} == {Outcome.WON}
+        publish_batch = a._publish_batch
+
+        async def lossy(claims: list[tuple[str, bytes]]) -> list[Any]:
+            results = await publish_batch(claims)
+            results[10] = ConnectionError("the confirm was lost")  # it was confirmed
+            return results
+
+        monkeypatch.setattr(a, "_publish_batch", lossy)
+        with pytest.raises(BackendUnavailable, match="1 of 30 claims"):
+            await a.claim_many(mine)
+        monkeypatch.undo()
+        again = await a.claim_many(mine)
+        expected = [Outcome.TAKEN] * 5 + [Outcome.WON] * 25
+        expected[10] = Outcome.TAKEN  # the lost confirm: nobody runs it
+        assert [c.outcome for c in again] == expected
+        others = await b.claim_many([request(slot, job=job) for job in jobs])
+        assert {c.outcome for c in others} == {Outcome.TAKEN}, "never a second winner"
+        # A plain repeat of a single claim answered before stays taken (at most once).
+        assert (await a.claim(request(slot, token="t1", job="single"))).outcome == Outcome.WON
+        assert (await a.claim(request(slot, token="t1", job="single"))).outcome == Outcome.TAKEN
+
+
+async def test_a_batch_declares_past_a_queue_with_another_expiry(
+    open_store: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused declare closes the batch's declare channel: the queues after it are
+    declared again, the refused one is claimed as it is; every run is still decided."""
+    slot = now_ms()
+    jobs = [f"expiry.{n}" for n in range(12)]
+    async with open_store() as a, open_store() as b:
+        held = request(slot, job=jobs[6], horizon_ms=10_000)
+        assert (await a.claim(held)).outcome == Outcome.WON
+        with caplog.at_level(logging.WARNING, "anarchon.backends.rabbitmq"):
+            answers = await b.claim_many([request(slot, job=j, horizon_ms=20_000) for j in jobs])
+        assert "another x-expires" in caplog.text
+        assert [c.outcome for c in answers] == [Outcome.WON] * 6 + [Outcome.TAKEN] + [
+            Outcome.WON
+        ] * 5
+        again = await b.claim_many([request(slot, job=j, horizon_ms=20_000) for j in jobs])
+        assert {c.outcome for c in again} == {Outcome.TAKEN}
+        assert (await b.claim(request(slot + 1, horizon_ms=20_000))).outcome == Outcome.WON
+
+
+async def test_a_batch_keeps_at_most_max_in_flight_claims_unconfirmed(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rabbitmq_backend, "MAX_IN_FLIGHT", 8)
+    publish, flying, peak = rabbitmq_backend._publish, [0], [0]
+
+    async def counting(*args: Any) -> bool:
+        flying[0] += 1
+        peak[0] = max(peak[0], flying[0])
+        try:
+            return await publish(*args)
+        finally:
+            flying[0] -= 1
+
+    monkeypatch.setattr(rabbitmq_backend, "_publish", counting)
+    slot = now_ms()
+    store = RabbitMQBackend(url_with(prefix=prefix, margin="1s"))
+    async with opened(store):
+        answers = await store.claim_many([request(slot, job=f"w.{n}") for n in range(60)])
+        assert [c.outcome for c in answers] == [Outcome.WON] * 60
+        repeat = await store.claim_many([request(slot, job=f"w.{n}") for n in range(60)])
+        assert [c.outcome for c in repeat] == [Outcome.TAKEN] * 60
+    assert peak[0] == 8, "pipelined, and never more than MAX_IN_FLIGHT unconfirmed"
 
 
 async def test_history_is_empty_and_lease_operations_are_refused(

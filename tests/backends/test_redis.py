@@ -56,6 +56,7 @@ from anarchon_core.errors import (
     SchemaVersionError,
 )
 from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
+from anarchon_core.redact import brief
 
 HOUR = 3_600_000
 CLAIM_ONLY = ["script", "stream-id"]
@@ -220,7 +221,7 @@ def test_odd_job_names_are_rejected_at_definition() -> None:
     for name in [*ODD_NAMES, "", "x" * 201]:
         with pytest.raises(ConfigurationError) as err:
             scheduler.every(name, "1s", lambda ctx: None)
-        assert repr(name) in str(err.value)
+        assert brief(name) in str(err.value)
     with pytest.raises(ConfigurationError):
         Scheduler("redis://127.0.0.1:6379/0", namespace="bad ns")
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
+from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, FinishRequest, Lease
 from anarchon_core.backends import _sqlite_batch, backend_from_url
 from anarchon_core.backends import _sqlite_sql as sql
 from anarchon_core.backends.sqlite import SqliteBackend
@@ -372,6 +372,29 @@ async def test_a_burst_of_claims_shares_transactions_with_one_winner_each(
         assert sum(batch_sizes) == len(requests)
         assert max(batch_sizes) == _sqlite_batch.MAX_BATCH  # many share, none exceeds the cap
         assert len(await backend.history(HistoryQuery(limit=1000))) == len(slots)
+    finally:
+        await backend.close()
+
+
+async def test_a_batch_of_claims_or_finishes_is_queued_as_one_transaction(
+    tmp_path: Path, batch_sizes: list[int]
+) -> None:
+    """``claim_many`` and ``finish_many`` queue their decisions together, in order: one
+    transaction up to the cap (not the first alone and the rest after it)."""
+    backend = SqliteBackend(tmp_path / "x.db")
+    await backend.open()
+    try:
+        now = await backend.now_ms()
+        requests = [claim_request(now, f"token-{n}", job=f"job.{n}") for n in range(40)]
+        claims = await backend.claim_many(requests)
+        assert {c.outcome for c in claims} == {Outcome.WON}
+        leases = [Lease(r.job, r.slot, 1, r.token) for r in requests]
+        finishes = [FinishRequest(lease, Status.SUCCESS) for lease in leases]
+        assert await backend.finish_many(finishes) == [True] * 40
+        assert batch_sizes == [40, 40]
+        assert await backend.claim_many([]) == []
+        assert await backend.finish_many([]) == []
+        assert batch_sizes == [40, 40]
     finally:
         await backend.close()
 

@@ -169,6 +169,7 @@ def test_the_job_name_uses_the_namespace(make_scheduler: Make):
         ({"anarchon_jitter_ms": "fast"}, "anarchon_jitter_ms"),
         ({"anarchon_catch_up": "sometimes"}, "anarchon_catch_up"),
         ({"anarchon_grace_ms": -5}, "anarchon_grace_ms"),
+        ({"anarchon_candidates": 0}, r"anarchon_candidates=0 is not valid: give an int from 1"),
         ({"anarchon_task_id": "uuid4"}, "anarchon_task_id"),
         ({"anarchon_instance_id": " "}, "anarchon_instance_id"),
         ({"anarchon_allow_local_tz": "yes"}, "anarchon_allow_local_tz"),

@@ -1,7 +1,7 @@
-"""The engine's pacing: at most a few claims start, and a few SQLite answers are handed
-back, per event-loop iteration, so that an application sharing the loop (a web server)
-is polled between portions of a burst. Observed one loop iteration at a time: each
-``await asyncio.sleep(0)`` of the observer lets exactly one iteration pass.
+"""SQLite's pacing: a few answers are handed back per event-loop iteration, so that an
+application sharing the loop (a web server) is polled between portions of a burst.
+Observed one loop iteration at a time: each ``await asyncio.sleep(0)`` of the observer
+lets exactly one iteration pass.
 """
 
 from __future__ import annotations
@@ -11,54 +11,11 @@ from concurrent.futures import Future
 from itertools import pairwise
 from typing import Any
 
-from anarchon_core._engine import Pacer
 from anarchon_core.backends._sqlite_batch import MAX_BATCH, SETTLE_PER_TURN, WriteQueue
 
 
 def increments(counts: list[int]) -> list[int]:
     return [b - a for a, b in pairwise(counts) if b != a]
-
-
-def callers(pacer: Pacer, count: int, through: list[int]) -> list[asyncio.Task[None]]:
-    """``count`` tasks that each wait for a turn, then note their number in ``through``."""
-
-    async def caller(i: int) -> None:
-        waiter = pacer.turn()
-        if waiter is not None:
-            await waiter
-        through.append(i)
-
-    return [asyncio.create_task(caller(i)) for i in range(count)]
-
-
-def test_the_pacer_lets_a_few_through_per_iteration_in_order() -> None:
-    async def main() -> tuple[list[int], list[int]]:
-        through: list[int] = []
-        tasks = callers(Pacer(3), 10, through)
-        counts = []
-        while len(through) < 10:
-            counts.append(len(through))
-            await asyncio.sleep(0)
-        counts.append(len(through))
-        await asyncio.gather(*tasks)
-        return through, counts
-
-    through, counts = asyncio.run(main())
-    assert through == list(range(10))  # first come, first through
-    steps = increments(counts)
-    assert max(steps) == 3 and sum(steps) == 10, counts
-
-
-def test_a_cancelled_waiter_does_not_use_a_turn() -> None:
-    async def main() -> list[int]:
-        through: list[int] = []
-        tasks = callers(Pacer(1), 4, through)
-        await asyncio.sleep(0)  # every caller asked for its turn; the first went through
-        tasks[1].cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return through
-
-    assert asyncio.run(main()) == [0, 2, 3]
 
 
 class InlineExecutor:

@@ -41,6 +41,7 @@ def test_defaults_map_onto_scheduler_kwargs() -> None:
         "lease_ms": None,
         "history_retention": "7d",
         "grace_ms": 10_000,
+        "candidates": 2,
         "enabled": None,
         "jitter_ms": 500,
         "catch_up": "none",
@@ -60,6 +61,7 @@ def test_every_key_maps() -> None:
         "CATCH_UP": "latest",
         "HISTORY_RETENTION": "3d",
         "GRACE_MS": 0,
+        "CANDIDATES": None,
         "ENABLED": False,
     }
     conf = read_settings(raw, DATABASES)
@@ -73,9 +75,16 @@ def test_every_key_maps() -> None:
     assert (scheduler.heartbeat_ms, scheduler.lease_ms, scheduler.grace_ms) == (500, 1000, 0)
     assert scheduler.history_retention_ms == 3 * 86_400_000
     assert scheduler.enabled is False
+    assert scheduler.candidates is None
     job = scheduler.every("x", "1s", lambda ctx: None)
     assert (job.options.jitter_ms, job.options.catch_up) == (0, "latest")
     assert job.store_name == "shop:x"
+
+
+@pytest.mark.parametrize("value", [0, 1001, "2", 1.5, True])
+def test_a_bad_candidate_count(value: object) -> None:
+    assert ids({"CANDIDATES": value}) == ["anarchon.E005"]
+    assert "CANDIDATES" in messages({"CANDIDATES": value})[0]
 
 
 def test_not_a_dict() -> None:

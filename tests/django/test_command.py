@@ -87,7 +87,7 @@ def test_pause_resume_instances_prune_cancel(store: str) -> None:
     assert "resumed shop.sync" in out
     out, _ = anarchon("instances", "--backend", store, "--json")
     assert out == ""  # the writer stopped: no live instance
-    out, _ = anarchon("prune", "--backend", store, "--older-than", "1d")
+    out, _ = anarchon("prune", "--backend", store, "--older-than", "1d", "--job", "shop.sync")
     assert "0 history record(s) pruned" in out
     with pytest.raises(CommandError) as raised:
         anarchon("cancel", "shop.sync", "1000000000000", "--backend", store)

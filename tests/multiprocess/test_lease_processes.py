@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from anarchon_core import Status
+from anarchon_core._candidates import Candidates
 
 from .cluster import cluster, starts
 
@@ -31,15 +32,19 @@ def grid_slots(first: float, last: float, interval_ms: int) -> list[int]:
     return [k * interval_ms for k in range(lo, hi + 1)]
 
 
-@pytest.mark.parametrize("processes", [4, 8])
-def test_each_slot_runs_exactly_once(lease_url: str, tmp_path: Path, processes: int) -> None:
+@pytest.mark.parametrize(("processes", "candidates"), [(4, 1), (8, 2), (4, None)])
+def test_each_slot_runs_exactly_once(
+    lease_url: str, tmp_path: Path, processes: int, candidates: int | None
+) -> None:
     jobs = [
         {"name": "tick", "every": "200ms", "kind": "async"},
         {"name": "tock", "every": "300ms", "kind": "sync"},
     ]
     # Roomy leases: on a loaded machine a finish delayed past a 300 ms lease would be a
     # (legitimate) takeover and look like a second run here.
-    with cluster(lease_url, tmp_path, jobs=jobs, heartbeat_ms=250, jitter_ms=60) as c:
+    with cluster(
+        lease_url, tmp_path, jobs=jobs, heartbeat_ms=250, jitter_ms=60, candidates=candidates
+    ) as c:
         c.start_all(processes)
         ready = max(e["t"] for e in c.events() if e["e"] == "ready")
         time.sleep(4)
@@ -59,6 +64,39 @@ def test_each_slot_runs_exactly_once(lease_url: str, tmp_path: Path, processes: 
         assert not missing, f"{job} missed slots {missing}"
     winners = {e["instance"] for e in starts(events)}
     assert len(winners) >= 2, "winners should spread over instances"
+
+
+def test_a_slot_is_not_lost_when_both_its_candidates_are_killed(
+    lease_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL the two candidates of an upcoming slot half a second before it: the
+    watcher claims it after the jitter window, and the slots after it run on the
+    survivors once the dead leave the registry."""
+    jobs = [{"name": "tick", "every": "1s", "kind": "async"}]
+    ids = [f"w{n}" for n in range(4)]
+    with cluster(
+        lease_url, tmp_path, jobs=jobs, heartbeat_ms=HB, lease_ms=LEASE, jitter_ms=60
+    ) as c:
+        c.start_all(4)
+        time.sleep(1.5)  # every worker has read the registry
+        target = (int(time.time()) + 3) * 1000
+        view = Candidates(2, ids[0], stale_after_ms=LEASE)
+        view.update(ids, 0)
+        victims = view.ranking("tick", target)[:2]
+        time.sleep(max(target / 1000 - 0.5 - time.time(), 0))
+        for victim in victims:
+            c.signal(victim, signal.SIGKILL)
+        time.sleep(4)
+        until = time.time() - 1.5
+        c.stop_all()
+        events = c.events()
+    ran = Counter(e["slot"] for e in starts(events, "tick"))
+    assert ran[target] == 1, f"the slot of the killed candidates ran {ran[target]} times"
+    (run,) = [e for e in starts(events, "tick") if e["slot"] == target]
+    assert run["instance"] not in victims
+    after = grid_slots(target / 1000, until, 1000)
+    assert len(after) >= 2
+    assert all(ran[slot] == 1 for slot in after), {s: ran[s] for s in after}
 
 
 def test_sigkill_runner_is_taken_over(lease_url: str, tmp_path: Path) -> None:
