@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from virtual import BASE_MS, Recorder, describe, run_virtual
 
-from anarchon_core import MemoryBackend, Scheduler, Status
-from anarchon_core.records import HistoryQuery, RunRecord
+from anarchon_core import Backend, MemoryBackend, Scheduler, Status
+from anarchon_core.backend import ClaimRequest
+from anarchon_core.records import HistoryQuery, Origin, RunRecord
 from anarchon_core.testing import Faults, FaultyBackend, LoopClock
 
 SLOT = BASE_MS + 10_000  # the first slot of every("10s") for a scheduler started at 0
@@ -135,6 +136,67 @@ def test_a_lost_reply_retried_in_time_runs_the_attempt() -> None:
     assert ran == [(1, "a")]
     assert found == [(1, str(Status.SUCCESS), "a")]
     assert stats["claim_won"] == 1
+
+
+@pytest.mark.parametrize("call", ["claim", "takeover"])
+def test_a_stop_that_cuts_off_a_won_request_gives_its_lease_back(call: str) -> None:
+    """A stops while its claim (or its takeover of a dead runner's run) is in flight:
+    the store has applied it and answers WON 200 ms later. The stop reads the answer
+    and releases the lease, so that B takes the run over at once instead of after the
+    3-s lease (which would also make B skip the job's next slots as overlapping)."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=LoopClock(BASE_MS))
+    link = FaultyBackend(store)
+    lease_ms = 3000
+
+    def make(backend: Backend, name: str) -> Scheduler:
+        clock = LoopClock(BASE_MS)
+        s = Scheduler(backend, instance_id=name, clock=clock, heartbeat_ms=100, lease_ms=lease_ms)
+        s.every("job", "10s", jitter_ms=0)(recorder.handler(5000))
+        return s
+
+    async def main() -> tuple[Found, float]:
+        a, b = make(link, "a"), make(store, "b")
+        link.once(call, delay_ms=200)  # type: ignore[arg-type]
+        if call == "claim":
+            await a.start()
+        else:  # a runner that dies at once: A's sweep takes its run over
+            await store.open()
+            await asyncio.sleep((SLOT - BASE_MS) / 1000)
+            await store.claim(dead_runners_claim(SLOT, lease_ms=300))
+            await a.start()  # its next slot is SLOT + 10 s
+        while not link.injected[f"{call}:delayed"]:
+            await asyncio.sleep(0.005)
+        loop = asyncio.get_running_loop()
+        stop_at = loop.time()
+        await a.stop()
+        stopped_in = loop.time() - stop_at
+        await b.start()
+        await asyncio.sleep(1.0)
+        await b.stop()
+        return await history(store), stopped_in
+
+    found, stopped_in = run_virtual(main)
+    assert not recorder.overlapping(), describe(recorder.overlapping())
+    ran = [(run.attempt, run.instance) for run in recorder.executions]
+    first = 1 if call == "claim" else 2  # the attempt A won
+    assert ran == [(first + 1, "b")], ran  # within B's first sweeps, not after 3 s
+    assert (first, "interrupted", "a") in found, found
+    assert 0.19 <= stopped_in <= 0.25  # the answer's wait, and the release
+
+
+def dead_runners_claim(slot: int, *, lease_ms: int) -> ClaimRequest:
+    return ClaimRequest(
+        job="job",
+        slot=slot,
+        origin=Origin.SCHEDULE,
+        token="dead-runner",
+        instance_id="dead",
+        lease_ms=lease_ms,
+        horizon_ms=10_000,
+        skip_overlap=True,
+        fingerprint="",
+    )
 
 
 def test_a_host_clock_off_by_more_than_the_early_tolerance_is_warned_about(
