@@ -1,6 +1,7 @@
-"""``python -m benchmarks [NAME ...]``: run the core benchmarks in sequence.
+"""``python -m benchmarks [NAME ...] [-- OPTIONS]``: run the core benchmarks in sequence.
 
-Each benchmark runs in a fresh interpreter (``python -m benchmarks.NAME``), so that
+Options (the arguments from the first one that starts with ``-``) go to a single named
+benchmark: ``python -m benchmarks scale --replicas 8``. Each benchmark runs in a fresh interpreter (``python -m benchmarks.NAME``), so that
 one's memory, threads and files cannot colour the next one's figures.
 """
 
@@ -15,7 +16,14 @@ from . import APP_BENCHMARKS, BENCHMARKS, SERVER_BENCHMARKS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    names = list(sys.argv[1:] if argv is None else argv) or list(BENCHMARKS)
+    args = list(sys.argv[1:] if argv is None else argv)
+    first_option = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    names, options = args[:first_option] or list(BENCHMARKS), args[first_option:]
+    if options and options[0] == "--":
+        options = options[1:]
+    if options and len(names) != 1:
+        print(f"options {options} need exactly one benchmark named before them")
+        return 2
     if names == ["servers"]:
         names = list(SERVER_BENCHMARKS)
     known = (*BENCHMARKS, *SERVER_BENCHMARKS, *APP_BENCHMARKS)
@@ -29,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         print(flush=True)
         t0 = time.perf_counter()
-        code = subprocess.call([sys.executable, "-m", f"benchmarks.{name}"])
+        code = subprocess.call([sys.executable, "-m", f"benchmarks.{name}", *options])
         print(f"[{name}: {time.perf_counter() - t0:.1f} s, exit {code}]", flush=True)
         if code != 0:
             failed.append(name)
