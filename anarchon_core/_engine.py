@@ -212,10 +212,13 @@ class Engine:
         for task in list(self._loops):
             if task is not self._heartbeat:  # runs keep their leases until handed over
                 task.cancel()
-        cut_off = await self._give_back_cut_requests()
+        # Beside the runs' grace, not before it: an unanswered request must not delay
+        # the hand-over of the runs that are running.
+        giving_back = asyncio.ensure_future(self._give_back_cut_requests())
         if self.attempts.tasks:
             await asyncio.wait(set(self.attempts.tasks), timeout=grace_ms / 1000)
         await self.attempts.hand_over()
+        cut_off = await giving_back
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         await self._drain({*self._loops, *self.attempts.tasks, *cut_off})

@@ -147,9 +147,10 @@ def simulate(seed: int) -> Report:
                 await live[n].scheduler.start()
         for n, instance in enumerate(live):  # the calm: every instance up, every link healthy
             report.faults.update(instance.link.injected)
-            instance.link.set_faults(None)
-            instance.link.mend()
-            if instance.name in recorder.dead:
+            if instance.name not in recorder.dead:  # a dead one's link stays cut
+                instance.link.set_faults(None)
+                instance.link.mend()
+            else:
                 generation[n] += 1
                 live[n] = make(f"i{n}.{generation[n]}", hosts[n], None)
                 await live[n].scheduler.start()
