@@ -5,7 +5,7 @@ timer for every job that sleeps to the next due slot (plus jitter) and sends the
 due together as one request, in a task of its own (a claim retried through an outage
 must not hold up the next slots), one task that
 sweeps the store for runs to continue (expired leases and due retries: the *backup*
-role of SPEC §4.6, batched for all jobs), and one that prunes history. Won attempts
+role in docs/concepts.md, batched for all jobs), and one that prunes history. Won attempts
 are handed to :class:`~anarchon_core._attempts.Attempts`, which runs them and keeps
 their leases. Every store call survives an outage: it is logged, counted and
 retried, never raised out of a loop. Every event is reported to the configuration's

@@ -80,7 +80,7 @@ def wall_clock_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a backend can promise (SPEC §4, §5)."""
+    """What a backend can promise (docs/guarantees.md, docs/architecture.md)."""
 
     lease: bool
     """Leases, heartbeats, takeover, fencing, overlap, catch-up and hand-over."""
@@ -176,7 +176,7 @@ class DueRun:
 
 @dataclass(frozen=True, slots=True)
 class InstanceInfo:
-    """One instance as the registry shows it (SPEC §8: the dashboard needs only a URL).
+    """One instance as the registry shows it (the dashboard and the CLI need only the store URL).
 
     ``jobs`` maps each job's store name to its spec: ``schedule`` (text), ``tz``,
     ``fingerprint`` and the main ``options``, so that a tool given only the backend
@@ -191,7 +191,7 @@ class InstanceInfo:
     last_seen: int
     jobs: dict[str, dict[str, Any]]
     skew_ms: int = 0
-    """The instance's last measured clock skew, store − local (SPEC §8)."""
+    """The instance's last measured clock skew, store − local (docs/guarantees.md)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON shape kept in stores and shown by the CLI and the API."""

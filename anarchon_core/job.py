@@ -43,7 +43,7 @@ OVERLAP_POLICIES = ("skip", "allow")
 
 @dataclass(frozen=True, slots=True)
 class JobOptions:
-    """Per-job behaviour; defaults follow SPEC §8."""
+    """Per-job behaviour; defaults are listed in docs/jobs.md."""
 
     jitter_ms: int = 500
     timeout_ms: int | None = None
@@ -196,7 +196,7 @@ class Job:
         return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
     def horizon_ms(self, slot: int) -> int:
-        """How late a slot may still be claimed: the misfire grace (SPEC §8)."""
+        """How late a slot may still be claimed: the misfire grace (docs/jobs.md)."""
         if self.options.misfire_grace_ms is not None:
             return self.options.misfire_grace_ms
         gap = self.schedule.next_slot(slot) - slot

@@ -22,7 +22,7 @@ as in Django's cursor; on SQLite the decisions handle ``sqlite3`` errors themsel
 A connection that fails with ``OperationalError`` or ``InterfaceError`` is closed, so
 the next call connects afresh; the call itself is repeated once at once when the
 connection was found dead (a server restart, ``pg_terminate_backend``, a proxy's idle
-timeout): every store operation is idempotent for its token (SPEC §8). Django's
+timeout): every store operation is idempotent for its token (docs/guarantees.md). Django's
 ``CONN_HEALTH_CHECKS`` and ``CONN_MAX_AGE`` act at request boundaries, which this
 thread never sees: its connection lives until it fails or the backend closes.
 """

@@ -31,7 +31,7 @@ from anarchon_core.scheduler import (
 
 __all__ = ["DEFAULTS", "AnarchonSettings", "Problem", "read_settings"]
 
-#: Every accepted key and its default (SPEC §8 "Defaults and bounds").
+#: Every accepted key and its default (docs/django.md, Settings reference).
 DEFAULTS: dict[str, Any] = {
     "BACKEND": "django://default",
     "NAMESPACE": None,

@@ -220,8 +220,7 @@ class PostgresBackend(PostgresContract):
         while idle in the pool (server restart, an operator's ``pg_terminate_backend``,
         a proxy's idle timeout) fails its next statement: the pool is checked, dropping
         the other dead ones, and the statement is sent once more on a fresh connection.
-        That is safe because every operation here is idempotent for its token (SPEC §8
-        "Ambiguous outcomes").
+        That is safe because every operation here is idempotent for its token (docs/guarantees.md).
         """
         pool = self._pool
         if pool is None:

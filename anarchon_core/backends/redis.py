@@ -1,7 +1,7 @@
 """The Redis backend (redis-py asyncio): works with Redis ≥ 6.2 and Valkey.
 
 ``RedisBackend(url, strategy=..., prefix=...)`` or ``redis://host:6379/0?strategy=lease``
-builds one of four strategies (SPEC §5); ``RedisBackend(...)`` returns the subclass
+builds one of four strategies (docs/backends/redis.md); ``RedisBackend(...)`` returns the subclass
 that implements the chosen one, so ``isinstance(b, RedisBackend)`` holds for all:
 
 ``lease`` (:class:`RedisLeaseBackend`, the default)

@@ -1,4 +1,4 @@
-"""Daylight-saving rules of SPEC §8, over ten years of transitions in several zones.
+"""Daylight-saving rules of docs/schedules.md, over ten years of transitions in several zones.
 
 Fall back: a fixed-hour entry fires once, at the first occurrence of a repeated wall time;
 a ``*``-hour entry fires at every real occurrence.  Spring forward: a fixed-hour wall time
