@@ -1,8 +1,9 @@
 """``python -m benchmarks [NAME ...] [-- OPTIONS]``: run the core benchmarks in sequence.
 
 Options (the arguments from the first one that starts with ``-``) go to a single named
-benchmark: ``python -m benchmarks scale --replicas 8``. Each benchmark runs in a fresh interpreter (``python -m benchmarks.NAME``), so that
-one's memory, threads and files cannot colour the next one's figures.
+benchmark: ``python -m benchmarks scale --procs 8``. Each benchmark runs in a fresh
+interpreter (``python -m benchmarks.NAME``), so that one's memory, threads and files
+cannot colour the next one's figures.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def _redis_lease_url(tmp_path: Path) -> Iterator[str]:
 @registry.lease_url_factory("valkey")
 @contextmanager
 def _valkey_lease_url(tmp_path: Path) -> Iterator[str]:
-    """The multi-process suites against a real Valkey too (docs/backends/redis.md: Valkey is supported)."""
+    """The multi-process suites against a real Valkey too (a supported Redis server)."""
     with _url("lease", valkey_url()) as url:
         yield url
 
