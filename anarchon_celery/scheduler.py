@@ -207,7 +207,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 core.add_job(plan.name, plan.schedule, self._handler(name, plan), **options)
             except ConfigurationError as exc:
                 raise ConfigurationError(f"beat entry {name!r}: {exc}") from None
-        core._check_capabilities()  # lease-only options on a claim-only store: refuse now
+        core.validate()  # lease-only options on a claim-only store: refuse now
         return core
 
     def _handler(self, entry_name: str, plan: EntryPlan) -> Any:
@@ -257,8 +257,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 background = BackgroundScheduler(core)
                 background.start()
                 self._background = background
-        engine = core._engine
-        failed = getattr(engine, "failed", None)
+        failed = core.failed
         if failed is not None:
             raise RuntimeError(f"anarchon cannot use its store: {failed}") from failed
         if not self._background.running:

@@ -16,7 +16,6 @@ is counted as a run once its outcome is recorded.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +23,12 @@ from typing import Any
 from ._execution import describe_exception, start_handler
 from ._support import Coalescer, EngineConfig, EngineLog, retry_store
 from .backend import Backend, FinishRequest, Lease
-from .context import RunContext
+from .context import RunContext, bounded_meta
 from .job import Job
 from .records import Origin, Status
 
 __all__ = ["Attempt", "Attempts"]
 
-MAX_META_BYTES = 1024
 #: Most finishes sent to the store in one request.
 MAX_FINISH_BATCH = 500
 
@@ -431,16 +429,3 @@ class Attempts:
                     self.log.info(*where, "handed over at stop")
         for task in list(self.tasks):
             task.cancel()
-
-
-def bounded_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """``ctx.meta`` as stored: JSON-serialisable and at most :data:`MAX_META_BYTES`."""
-    if not meta:
-        return {}
-    try:
-        size = len(json.dumps(meta).encode())
-    except (TypeError, ValueError) as exc:
-        return {"meta_error": f"ctx.meta is not JSON-serialisable: {exc}"}
-    if size > MAX_META_BYTES:
-        return {"meta_error": f"ctx.meta is {size} bytes; at most {MAX_META_BYTES} are kept"}
-    return dict(meta)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
+import json
 import logging
 import threading
 from collections.abc import MutableMapping
@@ -14,7 +15,10 @@ from .backend import Lease
 from .errors import RunCancelled
 from .records import Origin, ms_to_datetime
 
-__all__ = ["RunContext", "RunLogger"]
+__all__ = ["MAX_META_BYTES", "RunContext", "RunLogger", "bounded_meta"]
+
+#: The most bytes of ``ctx.meta`` (as JSON) that a run's record keeps.
+MAX_META_BYTES = 1024
 
 #: Orders a sync handler's first :meth:`RunContext.wait` with the loop's ``_cancel()``.
 _SIGNALS_LOCK = threading.Lock()
@@ -144,3 +148,18 @@ class RunContext:
             flag.set()
         if self._event is not None:
             self._event.set()
+
+
+def bounded_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """``ctx.meta`` as a run's record keeps it: JSON-serialisable and at most
+    :data:`MAX_META_BYTES`, or a ``meta_error`` that says why not. Public for adapters
+    that record a run's outcome themselves (the Django ORM's ``transactional=True``)."""
+    if not meta:
+        return {}
+    try:
+        size = len(json.dumps(meta).encode())
+    except (TypeError, ValueError) as exc:
+        return {"meta_error": f"ctx.meta is not JSON-serialisable: {exc}"}
+    if size > MAX_META_BYTES:
+        return {"meta_error": f"ctx.meta is {size} bytes; at most {MAX_META_BYTES} are kept"}
+    return dict(meta)

@@ -310,6 +310,13 @@ class Scheduler:
         return self._engine is not None
 
     @property
+    def failed(self) -> BaseException | None:
+        """Why the store turned out unusable after a background start (bad credentials,
+        a newer schema), or ``None``: the scheduler then claims nothing, and a host (a
+        beat, a health check) should stop or report it. An outage is not a failure."""
+        return self._engine.failed if self._engine else None
+
+    @property
     def skew_ms(self) -> int:
         """The last measured clock skew, store − local, in ms (0 before the first claim)."""
         return self._engine.skew_ms if self._engine else 0
@@ -331,7 +338,7 @@ class Scheduler:
         with self._lock:
             if self._engine is not None:
                 raise SchedulerStateError(f"{self!r} is already running: stop() it first")
-            self._check_capabilities()
+            self.validate()
             if self._minted_by not in (None, os.getpid()):
                 # Built before a fork (gunicorn --preload, celery worker -B): the default id
                 # names the parent's pid, and every child would share it.
@@ -412,7 +419,13 @@ class Scheduler:
                 loop.remove_signal_handler(sig)
             await self.stop(grace_ms)
 
-    def _check_capabilities(self) -> None:
+    def validate(self) -> None:
+        """Refuse now what ``start()`` would refuse: a lease-only option (takeovers,
+        overlap, catch-up) on a claim-only store. Adapters call it when they build the
+        scheduler, so that a bad configuration fails at start-up, with its job's name.
+
+        :raises CapabilityError: naming the job, the option and the accepted values.
+        """
         if self.backend.capabilities.lease:
             return
         for job in self._jobs.values():

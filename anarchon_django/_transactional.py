@@ -22,10 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from anarchon_core._attempts import bounded_meta
 from anarchon_core.backend import Lease, wall_clock_ms
 from anarchon_core.backends import _sqlite_decisions
-from anarchon_core.context import RunContext
+from anarchon_core.context import RunContext, bounded_meta
 from anarchon_core.errors import ConfigurationError, RunCancelled
 from anarchon_core.records import Status
 

@@ -110,6 +110,9 @@ class RedisBackend(Backend):
     """
 
     strategy: ClassVar[str] = "lease"
+    #: The class of each strategy, filled as the strategies are defined (they import
+    #: this module, never the other way round).
+    by_strategy: ClassVar[dict[str, type[RedisBackend]]] = {}
     name = "redis"
     #: Scripts this strategy runs; loaded at open, reloaded after ``NOSCRIPT``.
     scripts: ClassVar[tuple[LuaScript, ...]] = ()
@@ -119,10 +122,13 @@ class RedisBackend(Backend):
     ) -> Self:
         target: type[RedisBackend] = cls
         if cls is RedisBackend:
-            from .redis import STRATEGY_CLASSES  # the strategies import this module
-
-            target = STRATEGY_CLASSES[parse_url(url, strategy, prefix).strategy]
+            target = RedisBackend.by_strategy[parse_url(url, strategy, prefix).strategy]
         return cast(Self, object.__new__(target))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "strategy" in vars(cls):  # a concrete strategy, not a shared base of some
+            RedisBackend.by_strategy[cls.strategy] = cls
 
     def __init__(
         self, url: str = DEFAULT_URL, *, strategy: str | None = None, prefix: str | None = None

@@ -23,6 +23,9 @@ guarantees and the failure behaviour are in ``docs/backends/redis.md``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from ._redis_base import RedisBackend
 from ._redis_runs import RedisLeaseBackend, RedisScriptBackend
 from ._redis_streams import RedisIdmpBackend, RedisStreamIdBackend
@@ -40,10 +43,5 @@ __all__ = [
     "RedisStreamIdBackend",
 ]
 
-#: The class that implements each ``?strategy=``.
-STRATEGY_CLASSES: dict[str, type[RedisBackend]] = {
-    "lease": RedisLeaseBackend,
-    "script": RedisScriptBackend,
-    "stream-id": RedisStreamIdBackend,
-    "idmp": RedisIdmpBackend,
-}
+#: The class that implements each ``?strategy=`` (all four are imported above).
+STRATEGY_CLASSES: Mapping[str, type[RedisBackend]] = MappingProxyType(RedisBackend.by_strategy)

@@ -1,0 +1,125 @@
+"""The adapters use the core through its public names only, and no package has an
+import cycle: the core stays framework-agnostic and each adapter thin."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ADAPTERS = ("anarchon_django", "anarchon_celery", "anarchon_fastapi")
+
+#: Private core modules an adapter still imports, each with why. The Django ORM store
+#: runs the core's SQLite and PostgreSQL decisions on Django's connections; a public
+#: way to supply connections to those stores replaces these.
+KNOWN: dict[str, set[str]] = {
+    "anarchon_django/_orm_sqlite.py": {"anarchon_core.backends._sqlite_batch"},
+    "anarchon_django/_orm_postgres.py": {
+        "anarchon_core.backends._postgres_contract",
+        "anarchon_core.backends._postgres_sql",
+    },
+    "anarchon_django/_transactional.py": {
+        "anarchon_core.backends._postgres_contract",
+        "anarchon_core.backends._postgres_sql",
+        "anarchon_core.backends._sqlite_decisions",
+    },
+}
+
+
+def private_imports(path: Path) -> set[str]:
+    """The private ``anarchon_core`` modules and names that ``path`` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+            names: list[str] = []
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            if module.split(".")[0] != "anarchon_core":
+                continue
+            if any(part.startswith("_") for part in module.split(".")):
+                found.add(module)
+            found.update(f"{module}.{name}" for name in names if name.startswith("_"))
+    return found
+
+
+@pytest.mark.parametrize("package", ADAPTERS)
+def test_adapters_import_only_public_core_names(package: str) -> None:
+    for path in sorted((ROOT / package).rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        found = private_imports(path)
+        assert found <= KNOWN.get(relative, set()), f"{relative} imports private {found}"
+
+
+def test_the_known_exceptions_are_still_needed() -> None:
+    """An exception that is no longer used is removed from the list."""
+    for relative, allowed in KNOWN.items():
+        assert allowed <= private_imports(ROOT / relative), relative
+
+
+def imports_of(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports, at module level or deferred
+    inside a function (a deferred import that dodges a cycle is still one); imports
+    under ``if TYPE_CHECKING:`` are left out."""
+    graph: dict[str, set[str]] = {}
+    base = ROOT / package
+    for path in base.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package_of = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        targets: set[str] = set()
+        for node in _nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = package_of.split(".")
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    module = ".".join([*anchor, *(node.module or "").split(".")]).strip(".")
+                else:
+                    module = node.module or ""
+                targets.add(module)
+                targets.update(f"{module}.{alias.name}" for alias in node.names)
+        graph[name] = {t for t in targets if t.split(".")[0] == package}
+    return {m: {t for t in ts if t in graph and t != m} for m, ts in graph.items()}
+
+
+def _nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` outside ``if TYPE_CHECKING:`` blocks."""
+    found: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+@pytest.mark.parametrize("package", ("anarchon_core", *ADAPTERS))
+def test_no_import_cycle(package: str) -> None:
+    graph = imports_of(package)
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycle = path[path.index(module) :] + [module]
+            pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+        if module in done:
+            return
+        for target in sorted(graph[module]):
+            # A package's __init__ importing its own modules is not a cycle with them.
+            if not module.startswith(target + ".") or target == module:
+                visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
