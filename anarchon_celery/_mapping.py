@@ -20,8 +20,9 @@ from celery.schedules import crontab, schedule, solar  # type: ignore[import-unt
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import validate_option_keys
 from anarchon_core.names import JOB_NAME_FORM, validate_job_name
-from anarchon_core.scheduler import DEFAULT_CANDIDATES, check_candidates
+from anarchon_core.scheduler import DEFAULT_CANDIDATES
 from anarchon_core.schedules import Cron, Every, Schedule
+from anarchon_core.settings import read_settings as read_scheduler_settings
 
 __all__ = ["EntryPlan", "Settings", "cron_expression", "job_name", "plan_entry", "read_settings"]
 
@@ -51,6 +52,8 @@ class Settings:
     task_id: str
     instance_id: str | None
     allow_local_tz: bool
+    scheduler: Mapping[str, Any] = field(default_factory=dict)
+    """Further ``Scheduler(...)`` settings given (heartbeat, lease, retention, enabled)."""
     zone: str | None = None
     """The IANA zone of crontab entries; ``None`` until resolved."""
 
@@ -65,80 +68,106 @@ class EntryPlan:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+#: The ``anarchon_*`` keys this adapter checks itself; the others are the core's
+#: scheduler settings (``anarchon_jitter_ms``, ``anarchon_heartbeat_ms``, …).
+_OWN_KEYS = ("anarchon_backend", "anarchon_entries", "anarchon_task_id", "anarchon_allow_local_tz")
+#: Core settings that a beat takes from elsewhere: the namespace defaults to the app's
+#: main name (checked below), catch-up depends on the store.
+_CORE_KEYS = (
+    "namespace",
+    "instance_id",
+    "jitter_ms",
+    "heartbeat_ms",
+    "lease_ms",
+    "grace_ms",
+    "catch_up",
+    "history_retention",
+    "candidates",
+    "enabled",
+)
+
+
 def _conf(app: Any, key: str, default: Any = None) -> Any:
     value = app.conf.get(key)
     return default if value is None else value
 
 
 def read_settings(app: Any, *, default_backend: str) -> Settings:
-    """Validate the ``anarchon_*`` settings; errors name the key and the accepted form."""
-    backend = _conf(app, "anarchon_backend") or os.environ.get("ANARCHON_BACKEND")
+    """Validate the ``anarchon_*`` settings; every problem is reported at once, each
+    naming its key and the accepted form (an unknown key with the closest known one).
+
+    :raises ConfigurationError: listing every problem.
+    """
+    given = {
+        str(key): value
+        for key, value in app.conf.items()
+        if str(key).lower().startswith("anarchon_") and value is not None
+    }
+    values, found = read_scheduler_settings(
+        given,
+        spell=lambda name: f"anarchon_{name}",
+        own=_OWN_KEYS,
+        only=_CORE_KEYS,
+        defaults={"jitter_ms": 500, "grace_ms": 10_000, "candidates": DEFAULT_CANDIDATES},
+    )
+    problems = [str(problem) for problem in found]
+    backend = given.get("anarchon_backend") or os.environ.get("ANARCHON_BACKEND")
     backend = backend or default_backend
     if not isinstance(backend, str) or not backend.strip():
-        raise ConfigurationError(
+        problems.append(
             f"anarchon_backend = {backend!r} is not valid: give a store URL such as "
             "'sqlite:///anarchon.sqlite3' or 'redis://host:6379/0'"
         )
-    namespace = _conf(app, "anarchon_namespace") or app.main
+    namespace = values.get("namespace") or app.main
     if not namespace:
-        raise ConfigurationError(
+        problems.append(
             "anarchon_namespace is not set and the Celery app has no main name: set "
             "anarchon_namespace (job names in the store are '{namespace}:{entry name}')"
         )
-    validate_job_name(namespace, what="anarchon_namespace (default: the app's main name)")
-    if len(namespace) > MAX_NAME // 2:
-        raise ConfigurationError(
-            f"anarchon_namespace {namespace!r} is not valid: at most {MAX_NAME // 2} characters"
-        )
-    jitter = _conf(app, "anarchon_jitter_ms")
-    if jitter is not None:
-        validate_option_keys({"jitter_ms": jitter}, "anarchon_jitter_ms")
-    catch_up = _conf(app, "anarchon_catch_up")
-    if catch_up is not None:
-        validate_option_keys({"catch_up": catch_up}, "anarchon_catch_up")
-    entries = _conf(app, "anarchon_entries", {})
+    else:
+        try:
+            validate_job_name(namespace, what="anarchon_namespace (default: the app's main name)")
+            if len(namespace) > MAX_NAME // 2:
+                raise ConfigurationError(
+                    f"anarchon_namespace {namespace!r} is not valid: at most "
+                    f"{MAX_NAME // 2} characters"
+                )
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+    entries = given.get("anarchon_entries", {})
     if not isinstance(entries, Mapping) or not all(
         isinstance(v, Mapping) for v in entries.values()
     ):
-        raise ConfigurationError(
+        problems.append(
             f"anarchon_entries = {entries!r} is not valid: give a dict of entry name -> "
             f"dict with keys from {', '.join(ENTRY_KEYS)}"
         )
-    grace = _conf(app, "anarchon_grace_ms", 10_000)
-    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
-        raise ConfigurationError(
-            f"anarchon_grace_ms = {grace!r} is not valid: give milliseconds as an int >= 0"
-        )
-    candidates = check_candidates(
-        _conf(app, "anarchon_candidates", DEFAULT_CANDIDATES), "anarchon_candidates"
-    )
-    task_id = _conf(app, "anarchon_task_id", "deterministic")
+        entries = {}
+    task_id = given.get("anarchon_task_id", "deterministic")
     if task_id not in TASK_ID_MODES:
-        raise ConfigurationError(
+        problems.append(
             f"anarchon_task_id = {task_id!r} is not valid: use 'deterministic' (uuid5 of job "
             "and slot, the default) or 'random'"
         )
-    instance_id = _conf(app, "anarchon_instance_id")
-    if instance_id is not None and (not isinstance(instance_id, str) or not instance_id.strip()):
-        raise ConfigurationError(
-            f"anarchon_instance_id = {instance_id!r} is not valid: give a non-empty string"
-        )
-    allow_local = _conf(app, "anarchon_allow_local_tz", False)
+    allow_local = given.get("anarchon_allow_local_tz", False)
     if not isinstance(allow_local, bool):
-        raise ConfigurationError(
+        problems.append(
             f"anarchon_allow_local_tz = {allow_local!r} is not valid: give True or False"
         )
+    if problems:
+        raise ConfigurationError("; ".join(problems))
     return Settings(
         backend=backend,
         namespace=namespace,
-        jitter_ms=jitter,
-        catch_up=catch_up,
+        jitter_ms=values.pop("jitter_ms", None),
+        catch_up=values.pop("catch_up", None),
         entries=entries,
-        grace_ms=grace,
-        candidates=candidates,
+        grace_ms=values.pop("grace_ms", 10_000),
+        candidates=values.pop("candidates", DEFAULT_CANDIDATES),
         task_id=task_id,
-        instance_id=instance_id,
+        instance_id=values.pop("instance_id", None),
         allow_local_tz=allow_local,
+        scheduler={k: v for k, v in values.items() if k != "namespace"},
     )
 
 

@@ -194,6 +194,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             instance_id=settings.instance_id,
             grace_ms=settings.grace_ms,
             candidates=settings.candidates,
+            **settings.scheduler,
             **defaults,
         )
         catch_up = settings.catch_up

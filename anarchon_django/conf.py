@@ -9,7 +9,6 @@ runs the checks first and refuses to start on any error.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,17 +16,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from anarchon_core.backends import backend_from_url
-from anarchon_core.durations import MAX_DURATION_MS, parse_duration_ms
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.names import NAMESPACE_FORM, validate_namespace
 from anarchon_core.redact import brief, brief_url, redact_text
-from anarchon_core.scheduler import (
-    DEFAULT_CANDIDATES,
-    MAX_CANDIDATES,
-    MAX_HEARTBEAT_MS,
-    MAX_INSTANCE_ID_LENGTH,
-    check_candidates,
-)
+from anarchon_core.scheduler import DEFAULT_CANDIDATES
+from anarchon_core.settings import read_settings as read_scheduler_settings
 
 __all__ = ["DEFAULTS", "AnarchonSettings", "Problem", "read_settings"]
 
@@ -48,7 +40,8 @@ DEFAULTS: dict[str, Any] = {
     "ENABLED": None,
 }
 
-CATCH_UP_CHOICES = ("none", "latest", "all")
+#: The keys this adapter checks itself; the rest are the core's scheduler settings.
+_OWN_KEYS = ("BACKEND", "AUTODISCOVER", "IMPORT_PATHS")
 #: The database alias of ``django://`` with none named.
 DEFAULT_ALIAS = "default"
 _MODULE = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
@@ -120,32 +113,27 @@ def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> An
             )
         )
         return AnarchonSettings(problems=tuple(problems))
-    for key in raw:
-        if key not in DEFAULTS:
-            close = difflib.get_close_matches(str(key).upper(), list(DEFAULTS), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            problems.append(
-                Problem(
-                    "anarchon.E002",
-                    f"ANARCHON has an unknown key {key!r}",
-                    f"{hint}accepted keys: {', '.join(DEFAULTS)}",
-                )
-            )
-    values: dict[str, Any] = {}
+    values, found = read_scheduler_settings(
+        raw,
+        spell=str.upper,
+        label=lambda key: f"ANARCHON[{key!r}]",
+        own=_OWN_KEYS,
+        defaults={key.lower(): value for key, value in DEFAULTS.items()},
+    )
+    problems.extend(
+        Problem("anarchon.E002" if p.unknown else "anarchon.E005", p.message, p.hint) for p in found
+    )
 
     def bad(key: str, form: str) -> None:
         problems.append(
             Problem(
                 "anarchon.E005",
-                f"ANARCHON[{key!r}] = {raw[key]!r} is not valid",
+                f"ANARCHON[{key!r}] = {brief(raw[key])} is not valid",
                 f"give {form} (default: {DEFAULTS[key]!r})",
             )
         )
 
-    def given(key: str) -> bool:
-        return key in raw
-
-    if given("BACKEND"):
+    if "BACKEND" in raw:
         backend = raw["BACKEND"]
         problem = _check_backend(backend, databases)
         if problem is not None:
@@ -153,12 +141,7 @@ def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> An
         # Kept even when bad: the scheduler then refuses to open it (with the reason),
         # and the subcommands' default --backend fails on it instead of another store.
         values["backend"] = backend if isinstance(backend, str) else repr(backend)
-    if given("NAMESPACE"):
-        try:
-            values["namespace"] = validate_namespace(raw["NAMESPACE"])
-        except ConfigurationError:
-            bad("NAMESPACE", f"None or a name of {NAMESPACE_FORM}")
-    if given("AUTODISCOVER"):
+    if "AUTODISCOVER" in raw:
         value = raw["AUTODISCOVER"]
         if value is None or value is False:
             values["autodiscover"] = None
@@ -166,7 +149,7 @@ def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> An
             values["autodiscover"] = value
         else:
             bad("AUTODISCOVER", "a module name looked up in every installed app, or False")
-    if given("IMPORT_PATHS"):
+    if "IMPORT_PATHS" in raw:
         value = raw["IMPORT_PATHS"]
         if isinstance(value, list | tuple) and all(
             isinstance(v, str) and _MODULE.fullmatch(v) for v in value
@@ -174,68 +157,7 @@ def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> An
             values["import_paths"] = tuple(value)
         else:
             bad("IMPORT_PATHS", 'a list of dotted module paths, e.g. ["myproject.jobs"]')
-    if given("INSTANCE_ID"):
-        value = raw["INSTANCE_ID"]
-        if value is None or (
-            isinstance(value, str) and value.strip() and len(value) <= MAX_INSTANCE_ID_LENGTH
-        ):
-            values["instance_id"] = value
-        else:
-            bad(
-                "INSTANCE_ID",
-                f"None (hostname:pid:random) or a non-empty string of at most "
-                f"{MAX_INSTANCE_ID_LENGTH} characters",
-            )
-    # The bounds of Scheduler(...): jitter_ms, heartbeat_ms, grace_ms and lease_ms.
-    for key, minimum, maximum in (
-        ("JITTER_MS", 0, MAX_DURATION_MS),
-        ("HEARTBEAT_MS", 1, MAX_HEARTBEAT_MS),
-        ("GRACE_MS", 0, MAX_DURATION_MS),
-    ):
-        if given(key):
-            if _is_int(raw[key]) and minimum <= raw[key] <= maximum:
-                values[key.lower()] = raw[key]
-            else:
-                bad(key, f"an int of milliseconds >= {minimum} and <= {maximum}")
-    heartbeat = values.get("heartbeat_ms", DEFAULTS["HEARTBEAT_MS"])
-    if given("LEASE_MS"):
-        value = raw["LEASE_MS"]
-        if value is None:
-            pass
-        elif not _is_int(value) or not 2 * heartbeat <= value <= MAX_DURATION_MS:
-            bad(
-                "LEASE_MS",
-                f"None (3 × HEARTBEAT_MS) or an int of ms >= 2 × HEARTBEAT_MS and <= "
-                f"{MAX_DURATION_MS}",
-            )
-        else:
-            values["lease_ms"] = value
-    if given("CATCH_UP"):
-        if raw["CATCH_UP"] in CATCH_UP_CHOICES:
-            values["catch_up"] = raw["CATCH_UP"]
-        else:
-            bad("CATCH_UP", "one of " + ", ".join(map(repr, CATCH_UP_CHOICES)))
-    if given("HISTORY_RETENTION"):
-        try:
-            parse_duration_ms(raw["HISTORY_RETENTION"], what="HISTORY_RETENTION")
-            values["history_retention"] = raw["HISTORY_RETENTION"]
-        except ConfigurationError:
-            bad("HISTORY_RETENTION", 'a duration such as "7d", "12h", "1d12h" or a timedelta')
-    if given("CANDIDATES"):
-        try:
-            values["candidates"] = check_candidates(raw["CANDIDATES"], "CANDIDATES")
-        except ConfigurationError:
-            bad("CANDIDATES", f"an int from 1 to {MAX_CANDIDATES}, or None (every instance)")
-    if given("ENABLED"):
-        if raw["ENABLED"] is None or isinstance(raw["ENABLED"], bool):
-            values["enabled"] = raw["ENABLED"]
-        else:
-            bad("ENABLED", "True, False or None (None: $ANARCHON_ENABLED, default on)")
     return AnarchonSettings(**values, problems=tuple(problems))
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_backend(url: object, databases: Mapping[str, Any] | None) -> Problem | None:

@@ -111,7 +111,7 @@ def test_no_import_cycle(package: str) -> None:
 
     def visit(module: str, path: list[str]) -> None:
         if module in path:
-            cycle = path[path.index(module) :] + [module]
+            cycle = [*path[path.index(module) :], module]
             pytest.fail(f"import cycle: {' -> '.join(cycle)}")
         if module in done:
             return

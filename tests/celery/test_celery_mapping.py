@@ -169,7 +169,10 @@ def test_the_job_name_uses_the_namespace(make_scheduler: Make):
         ({"anarchon_jitter_ms": "fast"}, "anarchon_jitter_ms"),
         ({"anarchon_catch_up": "sometimes"}, "anarchon_catch_up"),
         ({"anarchon_grace_ms": -5}, "anarchon_grace_ms"),
-        ({"anarchon_candidates": 0}, r"anarchon_candidates=0 is not valid: give an int from 1"),
+        ({"anarchon_candidates": 0}, r"anarchon_candidates = 0 is not valid: give an int from 1"),
+        ({"anarchon_heartbeat_ms": 0}, r"anarchon_heartbeat_ms = 0 is not valid: give an int"),
+        ({"anarchon_lease_ms": 100}, r"anarchon_lease_ms = 100 .*>= 2 × anarchon_heartbeat_ms"),
+        ({"anarchon_history_retention": "7 days"}, "anarchon_history_retention"),
         ({"anarchon_task_id": "uuid4"}, "anarchon_task_id"),
         ({"anarchon_instance_id": " "}, "anarchon_instance_id"),
         ({"anarchon_allow_local_tz": "yes"}, "anarchon_allow_local_tz"),
@@ -182,6 +185,41 @@ def test_bad_settings_stop_beat_naming_entry_and_key(
 ):
     with pytest.raises(ConfigurationError, match=message):
         make_scheduler({"sync": entry(10)}, **conf)
+
+
+def test_a_misspelled_setting_stops_beat_with_a_did_you_mean(make_scheduler: Make):
+    """A typo must never leave beat running on defaults (a per-host store)."""
+    with pytest.raises(ConfigurationError) as info:
+        make_scheduler({"sync": entry(10)}, anarchon_backed="redis://h:6379/0")
+    assert "anarchon_backed is not a setting anarchon knows" in str(info.value)
+    assert "did you mean 'anarchon_backend'?" in str(info.value)
+
+
+def test_every_bad_setting_is_reported_at_once(make_scheduler: Make):
+    with pytest.raises(ConfigurationError) as info:
+        make_scheduler(
+            {"sync": entry(10)},
+            anarchon_jiter_ms=5,
+            anarchon_grace_ms=-5,
+            anarchon_task_id="uuid4",
+        )
+    text = str(info.value)
+    assert "did you mean 'anarchon_jitter_ms'?" in text
+    assert "anarchon_grace_ms = -5" in text and "anarchon_task_id = 'uuid4'" in text
+
+
+def test_scheduler_settings_reach_the_core(make_scheduler: Make):
+    sched = make_scheduler(
+        {"sync": entry(10)},
+        anarchon_heartbeat_ms=500,
+        anarchon_lease_ms=2000,
+        anarchon_history_retention="2d",
+        anarchon_enabled=False,
+    )
+    assert sched._core is not None
+    core = sched._core
+    assert (core.heartbeat_ms, core.lease_ms, core.enabled) == (500, 2000, False)
+    assert core.history_retention_ms == 2 * 86_400_000
 
 
 def test_entry_options_reach_the_job(make_scheduler: Make):
