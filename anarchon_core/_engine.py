@@ -40,6 +40,7 @@ from .backend import (
     InstanceInfo,
     Lease,
     TakeoverRequest,
+    jobs_json,
 )
 from .errors import BackendUnavailable, CapabilityError
 from .job import MAX_CATCH_UP_SLOTS, MAX_MISFIRE_GRACE_MS, Job
@@ -651,6 +652,7 @@ class Engine:
     # -- the instance registry -------------------------------------------------------
     def instance_info(self) -> InstanceInfo:
         """What this instance tells the registry: who it is and the specs of its jobs."""
+        jobs = {name: job.spec() for name, job in self.jobs.items()}
         return InstanceInfo(
             instance_id=self.config.instance_id,
             host=socket.gethostname(),
@@ -658,7 +660,8 @@ class Engine:
             version=_version(),
             started_at=self._started_at,
             last_seen=0,
-            jobs={name: job.spec() for name, job in self.jobs.items()},
+            jobs=jobs,
+            jobs_json=jobs_json(self.config.instance_id, jobs),
         )
 
     async def _registry_loop(self) -> None:

@@ -25,7 +25,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from .errors import CapabilityError, ConfigurationError
@@ -52,6 +52,7 @@ __all__ = [
     "TakeoverRequest",
     "bound_error",
     "instance_json",
+    "jobs_json",
     "wall_clock_ms",
 ]
 
@@ -192,6 +193,10 @@ class InstanceInfo:
     jobs: dict[str, dict[str, Any]]
     skew_ms: int = 0
     """The instance's last measured clock skew, store − local (docs/guarantees.md)."""
+    jobs_json: str = field(default="", compare=False, repr=False)
+    """``jobs`` as JSON text, if its builder encoded it once (an engine refreshes its
+    entry every heartbeat with the same jobs: 1,000 jobs are 300 KB of JSON); empty:
+    encoded when needed."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON shape kept in stores and shown by the CLI and the API."""
@@ -535,31 +540,22 @@ def meta_json(meta: dict[str, Any] | None) -> str:
         ) from exc
 
 
-#: The JSON text of recent ``InstanceInfo.jobs`` dicts, by identity (each held here, so
-#: its id cannot pass to another object): an engine refreshes its registry entry every
-#: heartbeat with the same dict, and 1,000 jobs are 300 KB of JSON, milliseconds of
-#: event-loop time to encode each time.
-_jobs_text: dict[int, tuple[dict[str, Any], str]] = {}
-_JOBS_TEXT_KEPT = 16
-
-
 def instance_json(info: InstanceInfo) -> str:
     """``info`` as the JSON text a registry keeps; non-JSON job specs are refused.
 
-    The ``jobs`` dict is encoded once per dict object (an engine never changes the one
-    it registers with); the other fields are encoded each time.
+    ``info.jobs_json`` is used when its builder set it; the other fields are encoded
+    each time.
     """
-    jobs = info.jobs
-    cached = _jobs_text.get(id(jobs))
-    if cached is None or cached[0] is not jobs:
-        try:
-            cached = (jobs, json.dumps(jobs, separators=(",", ":")))
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"instance {info.instance_id!r}: its job specs are not JSON values ({exc})"
-            ) from exc
-        if len(_jobs_text) >= _JOBS_TEXT_KEPT:
-            _jobs_text.clear()
-        _jobs_text[id(jobs)] = cached
     fields = {key: value for key, value in info.to_json().items() if key != "jobs"}
-    return json.dumps(fields, separators=(",", ":"))[:-1] + ',"jobs":' + cached[1] + "}"
+    jobs = info.jobs_json or jobs_json(info.instance_id, info.jobs)
+    return json.dumps(fields, separators=(",", ":"))[:-1] + ',"jobs":' + jobs + "}"
+
+
+def jobs_json(instance_id: str, jobs: dict[str, dict[str, Any]]) -> str:
+    """An instance's job specs as JSON text, or a refusal naming the instance."""
+    try:
+        return json.dumps(jobs, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"instance {instance_id!r}: its job specs are not JSON values ({exc})"
+        ) from exc
