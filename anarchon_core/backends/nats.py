@@ -52,7 +52,6 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from ..backend import (
-    EARLY_TOLERANCE_MS,
     SCHEMA_VERSION,
     Backend,
     Capabilities,
@@ -62,11 +61,12 @@ from ..backend import (
     bound_error,
     wall_clock_ms,
 )
-from ..durations import format_duration_ms, parse_duration_ms
+from ..durations import format_duration_ms
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..names import validate_job_name
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 from ..redact import brief, brief_url, redact_text, userinfo_problem
+from ._local_clock import RECONNECT_MAX_S, RECONNECT_MIN_S, duration_option, judge_locally
 
 __all__ = ["NatsBackend", "decode_job", "encode_job"]
 
@@ -99,7 +99,6 @@ MAX_IN_FLIGHT = 256
 _WRONG_SEQUENCE = (10071, 10164)
 _STREAM_IN_USE = 10058
 #: Reconnect back-off: from this delay (seconds), doubling per failed attempt, capped.
-_RECONNECT_MIN_S, _RECONNECT_MAX_S = 0.1, 5.0
 _TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
 _HAS_RECONNECT_HANDLER = (
     "reconnect_to_server_handler" in inspect.signature(Client.connect).parameters
@@ -252,7 +251,7 @@ class NatsBackend(Backend):
             self._opening = False
         # Connected: from now on the client reconnects for ever (with the back-off above).
         nc.options["max_reconnect_attempts"] = -1
-        nc.options["reconnect_time_wait"] = options["reconnect_time_wait"] or _RECONNECT_MIN_S
+        nc.options["reconnect_time_wait"] = options["reconnect_time_wait"] or RECONNECT_MIN_S
         try:
             js = nc.jetstream(timeout=self.timeout_ms / 1000)
             self._kv = await self._bucket(js)
@@ -355,12 +354,7 @@ class NatsBackend(Backend):
         return Claim(Outcome.WON, 1, now)
 
     def _judge_locally(self, request: ClaimRequest, now: int) -> Claim | None:
-        """``EXPIRED`` or ``EARLY`` by the local clock (nothing is sent); ``None``: send it."""
-        if request.slot < now - self.horizon_ms(request.horizon_ms):
-            return Claim(Outcome.EXPIRED, store_now=now)
-        if request.slot > now + EARLY_TOLERANCE_MS:
-            return Claim(Outcome.EARLY, store_now=now)
-        return None
+        return judge_locally(request, now, self.horizon_ms(request.horizon_ms))
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """Claim a batch: every create sent, then the acknowledgements awaited together.
@@ -623,7 +617,7 @@ class NatsBackend(Backend):
 def _backoff(servers: list[Server], info: dict[str, Any]) -> tuple[Server | None, float]:
     """Reconnect to the server tried least, after a jittered, doubling delay."""
     best = min(servers, key=lambda s: s.reconnects)
-    delay = min(_RECONNECT_MIN_S * 2 ** min(best.reconnects, 10), _RECONNECT_MAX_S)
+    delay = min(RECONNECT_MIN_S * 2 ** min(best.reconnects, 10), RECONNECT_MAX_S)
     return best, delay * random.uniform(0.5, 1.0)
 
 
@@ -839,16 +833,7 @@ def _validate_bucket(bucket: object) -> str:
 
 def _duration(key: str, text: str | None, value: int | None, default: int) -> int:
     low, high = _BOUNDS[key]
-    if value is not None:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigurationError(
-                f"NATS option {key}_ms={brief(value)} is not valid: give milliseconds as an int "
-                f"from {low} to {high}"
-            )
-        return value
-    if text is None:
-        return default
-    return parse_duration_ms(text, what=f"NATS URL option {key}", allow_zero=low == 0, maximum=high)
+    return duration_option("NATS", key, text, value, default, low=low, high=high)
 
 
 def _replicas(text: str | None, value: int | None) -> int:

@@ -54,7 +54,6 @@ from aiormq.abc import AbstractChannel as RawChannel
 from pamqp.commands import Basic
 
 from ..backend import (
-    EARLY_TOLERANCE_MS,
     SCHEMA_VERSION,
     Backend,
     Capabilities,
@@ -62,11 +61,12 @@ from ..backend import (
     ClaimRequest,
     wall_clock_ms,
 )
-from ..durations import format_duration_ms, parse_duration_ms
+from ..durations import format_duration_ms
 from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
 from ..names import validate_job_name
 from ..records import HistoryQuery, Outcome, RunRecord
 from ..redact import brief, brief_url, redact_text, redact_url, userinfo_problem
+from ._local_clock import RECONNECT_MAX_S, RECONNECT_MIN_S, duration_option, judge_locally
 
 __all__ = ["RabbitMQBackend"]
 
@@ -120,7 +120,6 @@ PUBLISH_CHANNEL = -1
 #: Tokens of won claims whose answer did not reach the caller (their batch failed).
 _MAX_REMEMBERED = 10_000
 #: Reconnect attempts back off from this delay, doubling up to the cap (seconds).
-_RECONNECT_MIN_S, _RECONNECT_MAX_S = 0.1, 5.0
 #: Errors of the broker or the connection that a retry may cure.
 _TRANSIENT = (
     amqp_errors.AMQPError,
@@ -155,20 +154,23 @@ class RabbitMQBackend(Backend):
         self.prefix = _validate_prefix(
             options.get("prefix", DEFAULT_PREFIX) if prefix is None else prefix
         )
-        self.margin_ms = _duration_option(
+        self.margin_ms = duration_option(
+            "RabbitMQ",
             "margin",
             options.get("margin"),
             margin_ms,
             DEFAULT_MARGIN_MS,
-            maximum=MAX_MARGIN_MS,
-            allow_zero=True,
+            low=0,
+            high=MAX_MARGIN_MS,
         )
-        self.timeout_ms = _duration_option(
+        self.timeout_ms = duration_option(
+            "RabbitMQ",
             "timeout",
             options.get("timeout"),
             timeout_ms,
             DEFAULT_TIMEOUT_MS,
-            maximum=MAX_TIMEOUT_MS,
+            low=1,
+            high=MAX_TIMEOUT_MS,
         )
         self._url = connection_url
         self._clock = clock
@@ -179,7 +181,7 @@ class RabbitMQBackend(Backend):
         self._lock = asyncio.Lock()
         self._declaring = asyncio.Lock()  # one batch declares at a time: see _declare_batch
         self._window = asyncio.Semaphore(MAX_IN_FLIGHT)  # unconfirmed claims of batches
-        self._reconnect_delay = _RECONNECT_MIN_S
+        self._reconnect_delay = RECONNECT_MIN_S
         self._reconnect_at = 0.0
         self._last_error = ""
         self._closed = False
@@ -268,7 +270,7 @@ class RabbitMQBackend(Backend):
     # -- the claim ---------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
         now = self._clock()
-        judged = _judge_locally(request, now)
+        judged = judge_locally(request, now, request.horizon_ms)
         if judged is not None:
             return judged
         queue = self.queue_name(request.job, request.slot)
@@ -307,7 +309,7 @@ class RabbitMQBackend(Backend):
         are remembered by token: the retry answers ``won`` for them.
         """
         now = self._clock()
-        answers = [_judge_locally(request, now) for request in requests]
+        answers = [judge_locally(request, now, request.horizon_ms) for request in requests]
         sends = [
             (i, self.queue_name(request.job, request.slot), request)
             for i, request in enumerate(requests)
@@ -543,7 +545,7 @@ class RabbitMQBackend(Backend):
             )
         except BaseException as exc:
             self._reconnect_at = time.monotonic() + self._reconnect_delay
-            self._reconnect_delay = min(self._reconnect_delay * 2, _RECONNECT_MAX_S)
+            self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
             if not isinstance(exc, Exception):
                 raise
             error = self._connect_error(exc)
@@ -551,7 +553,7 @@ class RabbitMQBackend(Backend):
             raise error from exc
         if not first:
             logger.info("reconnected to RabbitMQ at %s", self.describe())
-        self._reconnect_delay = _RECONNECT_MIN_S
+        self._reconnect_delay = RECONNECT_MIN_S
         self._connection = connection
         return connection
 
@@ -606,15 +608,6 @@ def _alive(connection: AbstractConnection) -> bool:
     """Whether the connection still works: aio-pika's own flag misses a broker-side close."""
     transport = connection.transport
     return not connection.is_closed and transport is not None and not transport.connection.is_closed
-
-
-def _judge_locally(request: ClaimRequest, now: int) -> Claim | None:
-    """``EXPIRED`` or ``EARLY`` by the local clock (nothing is sent); ``None``: send it."""
-    if request.slot < now - request.horizon_ms:
-        return Claim(Outcome.EXPIRED, store_now=now)
-    if request.slot > now + EARLY_TOLERANCE_MS:
-        return Claim(Outcome.EARLY, store_now=now)
-    return None
 
 
 def _claim_body(request: ClaimRequest, now: int) -> bytes:
@@ -755,33 +748,6 @@ def _validate_prefix(prefix: object) -> str:
             f"A-Z a-z 0-9 _ . : - not starting with 'amq.' (reserved by the broker)"
         )
     return prefix
-
-
-def _duration_option(
-    key: str,
-    text: str | None,
-    value: int | None,
-    default: int,
-    *,
-    maximum: int,
-    allow_zero: bool = False,
-) -> int:
-    if value is not None:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or not (0 if allow_zero else 1) <= value <= maximum
-        ):
-            raise ConfigurationError(
-                f"RabbitMQ option {key}_ms={brief(value)} is not valid: give milliseconds as "
-                f"an int from {0 if allow_zero else 1} to {maximum}"
-            )
-        return value
-    if text is None:
-        return default
-    return parse_duration_ms(
-        text, what=f"RabbitMQ URL option {key}", allow_zero=allow_zero, maximum=maximum
-    )
 
 
 def _connection_name(url: str) -> str:
