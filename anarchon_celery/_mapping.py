@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from celery.schedules import crontab, schedule, solar  # type: ignore[import-untyped]
 
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import validate_option_keys
 from anarchon_core.names import JOB_NAME_FORM, validate_job_name
+from anarchon_core.redact import brief_url
 from anarchon_core.scheduler import DEFAULT_CANDIDATES
 from anarchon_core.schedules import Cron, Every, Schedule
 from anarchon_core.settings import read_settings as read_scheduler_settings
@@ -92,7 +94,33 @@ def _conf(app: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def read_settings(app: Any, *, default_backend: str) -> Settings:
+def default_store(app: Any) -> str:
+    """The store of a beat given no ``anarchon_backend``: ``$ANARCHON_BACKEND``, else the
+    broker's Redis when the broker is Redis (every beat of the app shares it, as redbeat
+    does; the keys start with ``anarchon:``).
+
+    :raises ConfigurationError: neither, saying what to set: a per-host file as a silent
+        default would let every host send each entry once.
+    """
+    env = os.environ.get("ANARCHON_BACKEND")
+    if env:
+        return env
+    broker = app.conf.broker_url
+    first = broker.split(";", 1)[0].strip() if isinstance(broker, str) else ""
+    parts = urlsplit(first)
+    if parts.scheme in ("redis", "rediss"):
+        # Only the server, credentials and database: kombu's own query options are not
+        # redis-py's, and the lease strategy is the one that takes runs over.
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, "strategy=lease", ""))
+    raise ConfigurationError(
+        f"anarchon_backend is not set and the broker ({brief_url(broker or 'amqp://')}) is "
+        "not Redis: set anarchon_backend (or $ANARCHON_BACKEND) to a store every beat "
+        "shares, e.g. 'redis://host:6379/0' or 'postgresql://host/db', or to "
+        "'sqlite:///anarchon.sqlite3' when every beat runs on this one host"
+    )
+
+
+def read_settings(app: Any) -> Settings:
     """Validate the ``anarchon_*`` settings; every problem is reported at once, each
     naming its key and the accepted form (an unknown key with the closest known one).
 
@@ -111,9 +139,14 @@ def read_settings(app: Any, *, default_backend: str) -> Settings:
         defaults={"jitter_ms": 500, "grace_ms": 10_000, "candidates": DEFAULT_CANDIDATES},
     )
     problems = [str(problem) for problem in found]
-    backend = given.get("anarchon_backend") or os.environ.get("ANARCHON_BACKEND")
-    backend = backend or default_backend
-    if not isinstance(backend, str) or not backend.strip():
+    backend = given.get("anarchon_backend")
+    if backend is None:
+        try:
+            backend = default_store(app)
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+            backend = ""
+    elif not isinstance(backend, str) or not backend.strip():
         problems.append(
             f"anarchon_backend = {backend!r} is not valid: give a store URL such as "
             "'sqlite:///anarchon.sqlite3' or 'redis://host:6379/0'"

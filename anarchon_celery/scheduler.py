@@ -21,7 +21,8 @@ from typing import Any
 
 from celery import beat  # type: ignore[import-untyped]
 
-from anarchon_core.backends import DEFAULT_URL, mask_url
+from anarchon_core.backend import local_note
+from anarchon_core.backends import backend_from_url, mask_url
 from anarchon_core.background import BackgroundScheduler
 from anarchon_core.context import RunContext
 from anarchon_core.errors import ConfigurationError
@@ -158,7 +159,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     def setup_schedule(self) -> None:
         """Read the entries as beat does and map every one; refuse what cannot map."""
         super().setup_schedule()
-        settings = read_settings(self.app, default_backend=DEFAULT_URL)
+        settings = read_settings(self.app)
         unknown = sorted(set(settings.entries) - set(self.schedule))
         if unknown:
             raise ConfigurationError(
@@ -287,11 +288,16 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     def info(self) -> str:
         """The banner line: store (masked), namespace and entry count. No I/O."""
         try:
-            settings = self._settings or read_settings(self.app, default_backend=DEFAULT_URL)
+            settings = self._settings or read_settings(self.app)
         except ConfigurationError as exc:
             return f"anarchon: configuration error: {exc}"
         count = len(self._plans) if self._plans else len(self.app.conf.beat_schedule or {})
+        try:  # builds the store's adapter only: no connection is made
+            store = self._core.backend if self._core else backend_from_url(settings.backend)
+            local = local_note(store)
+        except ConfigurationError:
+            local = ""
         return (
-            f"anarchon: store {mask_url(settings.backend)}, namespace {settings.namespace!r}, "
-            f"{count} entr{'y' if count == 1 else 'ies'}"
+            f"anarchon: store {mask_url(settings.backend)}{local}, namespace "
+            f"{settings.namespace!r}, {count} entr{'y' if count == 1 else 'ies'}"
         )

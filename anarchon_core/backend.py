@@ -53,6 +53,7 @@ __all__ = [
     "bound_error",
     "instance_json",
     "jobs_json",
+    "local_note",
     "wall_clock_ms",
 ]
 
@@ -296,6 +297,12 @@ class Backend(ABC):
     def describe(self) -> str:
         """The store's URL or path for logs and banners, credentials masked."""
         return self.name
+
+    @property
+    def local_to(self) -> str | None:
+        """``"host"`` or ``"process"``: the store coordinates only the processes of one
+        host (a local file) or one process (memory); ``None``: any host that reaches it."""
+        return None
 
     @abstractmethod
     async def now_ms(self) -> int:
@@ -549,6 +556,16 @@ def instance_json(info: InstanceInfo) -> str:
     fields = {key: value for key, value in info.to_json().items() if key != "jobs"}
     jobs = info.jobs_json or jobs_json(info.instance_id, info.jobs)
     return json.dumps(fields, separators=(",", ":"))[:-1] + ',"jobs":' + jobs + "}"
+
+
+def local_note(backend: Backend) -> str:
+    """What a start-up line adds for a store that serves one host or one process only:
+    on several hosts, each would run every job once."""
+    if backend.local_to is None:
+        return ""
+    if backend.local_to == "process":
+        return " (in memory: it coordinates this process only)"
+    return " (a local store: it coordinates the processes of this host only)"
 
 
 def jobs_json(instance_id: str, jobs: dict[str, dict[str, Any]]) -> str:

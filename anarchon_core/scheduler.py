@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from . import operations
 from ._candidates import DEFAULT_CANDIDATES, MAX_CANDIDATES, check_candidates
 from ._engine import Engine, EngineConfig
-from .backend import LEASE_BACKENDS, Backend, InstanceInfo, wall_clock_ms
+from .backend import LEASE_BACKENDS, Backend, InstanceInfo, local_note, wall_clock_ms
 from .backends import DEFAULT_URL, backend_from_url
 from .durations import MAX_DURATION_MS, parse_duration_ms, validate_ms
 from .errors import CapabilityError, ConfigurationError, SchedulerStateError
@@ -373,10 +373,11 @@ class Scheduler:
             self._engine = None
             raise
         logger.info(
-            "anarchon started: %d job(s) on %s as %s",
+            "anarchon started: %d job(s) on %s as %s%s",
             len(self._jobs),
             self.backend.describe(),
             self.instance_id,
+            local_note(self.backend),
             extra={"job": None, "slot": None, "attempt": None, "instance": self.instance_id},
         )
 

@@ -81,6 +81,18 @@ class DjangoBackend(Backend):
         _django_ready(setup=True)
         return cls(alias)
 
+    @property
+    def local_to(self) -> str | None:
+        """``"host"`` on an SQLite database (a local file), else ``None``."""
+        if not _django_ready(setup=False):
+            return None
+        from django.db import connections
+
+        try:
+            return "host" if connections[self.alias].vendor == "sqlite" else None
+        except Exception:  # an unknown alias: open() says so
+            return None
+
     def describe(self) -> str:
         where = f"django://{self.alias}"
         if not _django_ready(setup=False):

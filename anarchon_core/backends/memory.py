@@ -85,6 +85,10 @@ class MemoryBackend(Backend):
             )
         return cls()
 
+    @property
+    def local_to(self) -> str | None:
+        return "process"
+
     def describe(self) -> str:
         return "memory://"
 

@@ -112,6 +112,10 @@ class SqliteBackend(Backend):
             )
         return cls(parts.path[1:])
 
+    @property
+    def local_to(self) -> str | None:
+        return "host"
+
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
 

@@ -249,14 +249,36 @@ def test_claim_only_store_defaults_to_no_catch_up_and_refuses_lease_options(make
         make_scheduler({"sync": entry(60)}, anarchon_backend=url, anarchon_catch_up="latest")
 
 
-def test_backend_comes_from_env_never_from_the_broker(make_app, monkeypatch):
+def test_the_default_store_is_the_env_then_the_brokers_redis(make_app, monkeypatch):
     monkeypatch.setenv("ANARCHON_BACKEND", "memory://")
     app = make_app({"sync": entry(5)}, anarchon_backend=None, broker_url="redis://h:1/0")
     sched = anarchon_celery.Scheduler(app=app)
     assert sched._core is not None and sched._core.backend.name == "memory"
+    assert "(in memory: it coordinates this process only)" in sched.info
     monkeypatch.delenv("ANARCHON_BACKEND")
-    app = make_app({"sync": entry(5)}, anarchon_backend=None, broker_url="redis://h:1/0")
-    assert "sqlite" in anarchon_celery.Scheduler(app=app, lazy=True).info
+    broker = "redis://:secret@h:1/3?visibility_timeout=60"
+    app = make_app({"sync": entry(5)}, anarchon_backend=None, broker_url=broker)
+    info = anarchon_celery.Scheduler(app=app, lazy=True).info
+    assert "redis://:***@h:1/3?strategy=lease" in info and "local" not in info
+
+
+@pytest.mark.parametrize("broker", [None, "amqp://guest@rabbit//", "memory://"])
+def test_no_store_and_a_broker_that_is_not_redis_stops_beat(make_app, monkeypatch, broker):
+    """A per-host file as a silent default would let every host send each entry once."""
+    monkeypatch.delenv("ANARCHON_BACKEND", raising=False)
+    app = make_app({"sync": entry(5)}, anarchon_backend=None, broker_url=broker)
+    with pytest.raises(ConfigurationError) as info:
+        anarchon_celery.Scheduler(app=app)
+    text = str(info.value)
+    assert "anarchon_backend is not set" in text and "is not Redis" in text
+    assert "'sqlite:///anarchon.sqlite3' when every beat runs on this one host" in text
+
+
+def test_a_local_store_says_so_in_the_banner(make_app, tmp_path):
+    url = f"sqlite:///{tmp_path}/a.sqlite3"
+    app = make_app({"sync": entry(5)}, anarchon_backend=url)
+    info = anarchon_celery.Scheduler(app=app, lazy=True).info
+    assert "(a local store: it coordinates the processes of this host only)" in info
 
 
 def test_missing_namespace_is_an_error(make_app):
