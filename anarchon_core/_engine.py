@@ -122,6 +122,8 @@ class Engine:
         self._lease = backend.capabilities.lease
         self._loops: set[asyncio.Future[Any]] = set()
         self._heartbeat: asyncio.Future[Any] | None = None
+        #: Set to end a stop's grace early (a second Ctrl-C).
+        self._hurried = asyncio.Event()
         #: Claims and takeovers in flight, each with how to read the leases its answer
         #: won: a stop that cuts off their caller gives those leases back.
         self._requests: dict[asyncio.Future[Any], Callable[[Any], list[Lease]]] = {}
@@ -216,8 +218,7 @@ class Engine:
         # Beside the runs' grace, not before it: an unanswered request must not delay
         # the hand-over of the runs that are running.
         giving_back = asyncio.ensure_future(self._give_back_cut_requests())
-        if self.attempts.tasks:
-            await asyncio.wait(set(self.attempts.tasks), timeout=grace_ms / 1000)
+        await self._grace(grace_ms)
         await self.attempts.hand_over()
         cut_off = await giving_back
         if self._heartbeat is not None:
@@ -233,6 +234,35 @@ class Engine:
             except Exception as exc:  # it expires on its own after one lease
                 self.log.warn(None, None, None, "could not leave the instance registry: %s", exc)
         await self.backend.close()
+
+    def hurry(self) -> None:
+        """End a stop's wait for running runs now: they are handed over at once."""
+        self._hurried.set()
+
+    async def _grace(self, grace_ms: int) -> None:
+        """Wait up to ``grace_ms`` for the running runs to end, or until :meth:`hurry`."""
+        running = set(self.attempts.tasks)
+        if not running or grace_ms <= 0:
+            return
+        self.log.info(
+            None,
+            None,
+            None,
+            "stopping: waiting up to %.1f s for %d running run(s), then handing them over",
+            grace_ms / 1000,
+            len(running),
+        )
+        ended = asyncio.ensure_future(asyncio.wait(running))
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        try:
+            await asyncio.wait(
+                {ended, hurried}, timeout=grace_ms / 1000, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            ended.cancel()  # the runs themselves go on: hand_over() ends them
+            hurried.cancel()
+        if self._hurried.is_set() and not ended.done():
+            self.log.warn(None, None, None, "stop hurried: handing the running runs over now")
 
     async def _give_back_cut_requests(self) -> set[asyncio.Future[Any]]:
         """Wait briefly for the claims and takeovers whose callers the stop cancelled,

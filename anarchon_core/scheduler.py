@@ -396,7 +396,8 @@ class Scheduler:
             self._engine = None
 
     def run(self, *, grace_ms: int | None = None) -> None:
-        """Run in the foreground until SIGINT or SIGTERM, then stop gracefully.
+        """Run in the foreground until SIGINT or SIGTERM, then stop gracefully; a second
+        signal during the stop hands the running runs over at once.
 
         The signal handlers are installed before the store is opened, so a SIGTERM
         that arrives during start-up also ends in a graceful stop. Called from a thread
@@ -405,20 +406,33 @@ class Scheduler:
         asyncio.run(self._run_until_signalled(grace_ms))
 
     async def _run_until_signalled(self, grace_ms: int | None) -> None:
+        """The first SIGINT or SIGTERM stops; a second one, during the stop's grace,
+        hands the running runs over at once instead of waiting for them."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = []
+
+        def signalled() -> None:
+            if not stop.is_set():
+                stop.set()
+                where = {"job": None, "slot": None, "attempt": None, "instance": self.instance_id}
+                logger.info("stopping (a second Ctrl-C hands running runs over now)", extra=where)
+            elif self._engine is not None:
+                self._engine.hurry()
+
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, signalled)
                 installed.append(sig)
         try:
             await self.start()
             await stop.wait()
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-            await self.stop(grace_ms)
+            try:
+                await self.stop(grace_ms)  # a second signal hurries it (handlers stay)
+            finally:
+                for sig in installed:
+                    loop.remove_signal_handler(sig)
 
     def validate(self) -> None:
         """Refuse now what ``start()`` would refuse: a lease-only option (takeovers,

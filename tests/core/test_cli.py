@@ -543,3 +543,59 @@ def test_demo_shows_a_takeover(tmp_path: Path) -> None:
     assert max(len(line) for line in out.splitlines()) <= 120
     assert elapsed < 40
     assert not list(tmp_path.iterdir())  # nothing left behind in the working directory
+
+
+SECOND_SIGNAL_MODULE = """
+import logging
+import time
+from anarchon_core import Scheduler
+
+scheduler = Scheduler("sqlite:///second.sqlite3", instance_id="t-2", heartbeat_ms=300)
+
+@scheduler.every("stubborn", "1s")
+def stubborn(ctx):
+    time.sleep(30)  # ignores ctx: only the hand-over ends its run
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    scheduler.run(grace_ms=60_000)
+"""
+
+
+def test_a_second_signal_hands_the_running_runs_over_at_once(tmp_path: Path) -> None:
+    """``Scheduler.run()``: the first Ctrl-C waits for the running run (60 s of grace),
+    the second hands it over at once: no traceback, and the run is recorded ended."""
+    (tmp_path / "second.py").write_text(SECOND_SIGNAL_MODULE)
+    url = sqlite_url(tmp_path / "second.sqlite3")
+    log_path = tmp_path / "second.log"
+
+    def running() -> bool:
+        if not (tmp_path / "second.sqlite3").exists():
+            return False
+        return any(r.status == Status.RUNNING for r in read_history(url))
+
+    with log_path.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "second.py"], cwd=tmp_path, env=env(), stdout=sink,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(running, 15, "a running run")
+        proc.send_signal(signal.SIGINT)
+        wait_for(lambda: "waiting up to 60.0 s" in log_path.read_text(), 15, "the grace wait")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=15)
+        seconds = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = log_path.read_text()
+    assert code == 0, log
+    assert seconds < 10, log  # not the 60 s of grace, nor the handler's 30 s
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert "a second Ctrl-C hands running runs over now" in log
+    assert "stop hurried" in log
+    records = read_history(url)
+    assert records and all(r.status != Status.RUNNING for r in records), records
