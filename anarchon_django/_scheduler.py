@@ -132,7 +132,7 @@ class DjangoScheduler(Scheduler):
             handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
         if atomic:
             handler = self._transactional(name, handler)
-        module = str(getattr(handler, "__module__", None) or "?")
+        module = _defined_at(handler)
         if name in self.jobs:
             raise JobDefinitionError(
                 DUPLICATE_JOB,
@@ -470,3 +470,11 @@ def reset_scheduler(new: DjangoScheduler | None = None) -> DjangoScheduler | Non
     with _lock:
         old, _current = _current, new
         return old
+
+
+def _defined_at(handler: object) -> str:
+    """``module (line N)`` of a handler function (``module`` alone for other callables),
+    so that a name defined twice in one module names both places."""
+    module = str(getattr(handler, "__module__", None) or "?")
+    code = getattr(inspect.unwrap(handler), "__code__", None)  # type: ignore[arg-type]
+    return f"{module} (line {code.co_firstlineno})" if code is not None else module

@@ -226,6 +226,27 @@ def test_duplicate_job_names_across_apps(jobs_package: Path) -> None:
     assert "fakeapps.one" in problem.msg and "fakeapps.two" in problem.msg
 
 
+def test_a_name_defined_twice_in_one_module_names_both_lines(jobs_package: Path) -> None:
+    module = write(
+        jobs_package,
+        "twice",
+        """
+        @scheduler.every("sync", "1s")
+        def first(ctx):
+            pass
+
+        @scheduler.every("sync", "5s")
+        def second(ctx):
+            pass
+        """,
+    )
+    [problem] = discover([module])
+    assert problem.id == "anarchon.E016"
+    assert "in fakeapps.twice (line " in problem.msg
+    lines = [part.split(")")[0] for part in problem.msg.split("(line ")[1:]]
+    assert len(set(lines)) == 2, problem.msg  # two places, not one module twice
+
+
 def test_missing_import_path(jobs_package: Path) -> None:
     [problem] = discover(["fakeapps.absent"])
     assert problem.id == "anarchon.E010"
@@ -302,6 +323,16 @@ def test_manage_py_check_reports_a_duplicate_job_name_across_modules() -> None:
     assert "anarchon.E016" in result.stderr
     assert "django_project.shop.jobs" in result.stderr
     assert "django_project.extra_jobs" in result.stderr
+
+
+def test_manage_py_anarchon_jobs_refuses_to_list_a_partial_set() -> None:
+    """A jobs module that fails half-way must not list the jobs before the failure."""
+    result = manage(
+        "anarchon", "jobs", env={"ANARCHON_TEST_SETTINGS": '{"IMPORT_PATHS": ["nowhere.jobs"]}'}
+    )
+    assert result.returncode != 0
+    assert "anarchon.E010" in result.stderr and "nowhere.jobs" in result.stderr
+    assert "job(s)" not in result.stdout
 
 
 def test_manage_py_check_reports_a_missing_import_path() -> None:

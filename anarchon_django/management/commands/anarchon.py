@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from anarchon_core.cli import CliError, build_parser
 from anarchon_core.errors import AnarchonError, ConfigurationError
 
+from ... import checks
 from ..._scheduler import get_scheduler
 
 #: The core subcommands offered as they are (their parsers are reused as parents).
@@ -120,6 +121,9 @@ class Command(BaseCommand):
         namespace = argparse.Namespace(**options)
         namespace.name = subcommand
         if subcommand == "jobs":
+            # A jobs module that failed half-way would list a partial set: every problem
+            # of the settings and the jobs modules stops the listing instead.
+            self.check(tags=[checks.TAG], display_num_errors=False)
             namespace.target, namespace.backend = TARGET, None
             command: CoreCommand = _core_subparsers()["jobs"].get_default("command")
         else:
