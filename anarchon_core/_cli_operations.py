@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from . import api, operations
-from ._format import format_table
+from ._format import format_table, parse_instant_ms
 from .backend import Backend
 from .records import iso_utc
 
@@ -65,7 +65,7 @@ def add_operation_commands(
         if not done:
             print(f"no pending or running run of {args.job} at slot {args.slot}")
             return 1
-        print(f"cancelled {args.job}@{args.slot}")
+        print(f"cancelled {args.job}@{args.slot} ({iso_utc(args.slot)})")
         return 0
 
     def instances(args: argparse.Namespace) -> int:
@@ -102,6 +102,11 @@ def add_operation_commands(
     job_command("resume", "resume a paused job from its next slot", resume)
     job_command("trigger", "run a job once now, on one live instance that has it", trigger)
     p = job_command("cancel", "cancel a pending or running run of a job", cancel)
-    p.add_argument("slot", type=int, metavar="SLOT", help="the run's slot (epoch ms)")
+    p.add_argument(
+        "slot",
+        type=parse_instant_ms,
+        metavar="SLOT",
+        help="the run's slot: epoch ms or ISO-8601 as the history shows it",
+    )
     p = add("instances", instances, "list the live instances and their jobs", [store])
     p.add_argument("--json", action="store_true", help="one JSON object per instance and line")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
+import re
 from collections.abc import Sequence
 
 from .durations import format_duration_ms
 from .records import RunRecord, iso_utc
 
-__all__ = ["excerpt", "format_ms", "format_table", "history_table"]
+__all__ = ["excerpt", "format_ms", "format_table", "history_table", "parse_instant_ms"]
+
+#: Epoch-millisecond integers below this (1973) are almost surely seconds given by mistake.
+MIN_EPOCH_MS = 10**11
 
 #: Tables aim to fit this many columns.
 TABLE_WIDTH = 120
@@ -85,3 +91,30 @@ def history_table(records: Sequence[RunRecord], width: int = TABLE_WIDTH) -> lis
         else:
             out.append(f"{pad}  {excerpt(records[i - 2].error, room)}".rstrip())
     return out
+
+
+def parse_instant_ms(text: str) -> int:
+    """An ISO-8601 time (UTC if it has no offset) or epoch ms, as epoch ms: the two forms
+    the history shows a slot in, accepted wherever a time or a slot is given.
+
+    :raises argparse.ArgumentTypeError: naming the value and the accepted forms.
+    """
+    text = text.strip()
+    if re.fullmatch(r"[0-9]+", text):
+        value = int(text)
+        if 0 < value < MIN_EPOCH_MS:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} looks like epoch seconds: give epoch milliseconds "
+                f"({value * 1000}) or an ISO-8601 time"
+            )
+        return value
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a time: give ISO-8601 (2026-12-03T08:00:00Z) or epoch "
+            f"milliseconds"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1000)

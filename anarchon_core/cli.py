@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import importlib
 import json
 import logging
@@ -27,7 +26,7 @@ from typing import TypeVar
 from . import __version__
 from ._cli_dashboard import add_dashboard_command
 from ._cli_operations import add_operation_commands
-from ._format import history_table
+from ._format import history_table, parse_instant_ms
 from .backend import Backend, InstanceInfo, wall_clock_ms
 from .backends import DEFAULT_URL, backend_from_url, mask_url
 from .background import BackgroundScheduler
@@ -45,8 +44,6 @@ TARGET_FORM = "MODULE:ATTR, e.g. 'myapp.jobs:scheduler' (a module importable fro
 _TARGET = re.compile(
     r"(?P<module>[^\W\d]\w*(?:\.[^\W\d]\w*)*):(?P<attr>[^\W\d]\w*(?:\.[^\W\d]\w*)*)"
 )
-#: Epoch-millisecond integers below this (1973) are almost surely seconds given by mistake.
-_MIN_EPOCH_MS = 10**11
 LOG_FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s [%(instance)s] %(message)s"
 
 
@@ -245,27 +242,14 @@ _TIME_HELP = (
 
 def parse_time_ms(text: str) -> int:
     """``--since``/``--until``: an ISO-8601 time, epoch ms, or a duration ago, as epoch ms."""
-    text = text.strip()
-    if re.fullmatch(r"[0-9]+", text):
-        value = int(text)
-        if 0 < value < _MIN_EPOCH_MS:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} looks like epoch seconds: give epoch milliseconds "
-                f"({value * 1000}) or an ISO-8601 time"
-            )
-        return value
-    if re.fullmatch(r"(?:[0-9]+(?:ms|d|h|m|s))+", text):
-        return wall_clock_ms() - parse_duration_ms(text, what="time")
+    if re.fullmatch(r"(?:[0-9]+(?:ms|d|h|m|s))+", text.strip()):
+        return wall_clock_ms() - parse_duration_ms(text.strip(), what="time")
     try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time: give ISO-8601 (2026-12-03T08:00:00Z), epoch "
-            f"milliseconds, or a duration ago (1h)"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
+        return parse_instant_ms(text)
+    except argparse.ArgumentTypeError as exc:
+        if "is not a time" not in str(exc):
+            raise
+        raise argparse.ArgumentTypeError(f"{exc}, or a duration ago (1h)") from None
 
 
 def _duration_ms(text: str) -> int:

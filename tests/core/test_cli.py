@@ -599,3 +599,29 @@ def test_a_second_signal_hands_the_running_runs_over_at_once(tmp_path: Path) -> 
     assert "stop hurried" in log
     records = read_history(url)
     assert records and all(r.status != Status.RUNNING for r in records), records
+
+
+def test_cancel_takes_the_slot_as_the_history_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = sqlite_url(tmp_path / "cancel.sqlite3")
+    slot = time.time_ns() // 60_000_000_000 * 60_000  # this minute: claimable now
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(slot // 1000))
+
+    async def claim() -> None:
+        backend = backend_from_url(url)
+        await backend.open()
+        try:
+            await backend.claim(
+                ClaimRequest("j", slot, Origin.SCHEDULE, "t", "i", 600_000,
+                             horizon_ms=10**12, skip_overlap=False)
+            )  # fmt: skip
+        finally:
+            await backend.close()
+
+    asyncio.run(claim())
+    assert main(["cancel", "j", iso, "--backend", url]) == 0
+    assert f"cancelled j@{slot} ({iso[:-1]}.000Z)" in capsys.readouterr().out
+    assert main(["cancel", "j", "yesterday", "--backend", url]) == 2
+    err = capsys.readouterr().err
+    assert "'yesterday' is not a time: give ISO-8601" in err and "epoch milliseconds" in err
