@@ -14,6 +14,8 @@ __all__ = ["excerpt", "format_ms", "format_table", "history_table", "parse_insta
 
 #: Epoch-millisecond integers below this (1973) are almost surely seconds given by mistake.
 MIN_EPOCH_MS = 10**11
+#: No slot lies past the year 9899 (see :mod:`anarchon_core.schedules`).
+MAX_EPOCH_MS = 250_246_627_200_000
 
 #: Tables aim to fit this many columns.
 TABLE_WIDTH = 120
@@ -106,6 +108,11 @@ def parse_instant_ms(text: str) -> int:
             raise argparse.ArgumentTypeError(
                 f"{text!r} looks like epoch seconds: give epoch milliseconds "
                 f"({value * 1000}) or an ISO-8601 time"
+            )
+        if value >= MAX_EPOCH_MS:
+            raise argparse.ArgumentTypeError(
+                f"{text[:30]!r} is past the year 9899: give epoch milliseconds below "
+                f"{MAX_EPOCH_MS} or an ISO-8601 time"
             )
         return value
     try:

@@ -625,3 +625,5 @@ def test_cancel_takes_the_slot_as_the_history_shows_it(
     assert main(["cancel", "j", "yesterday", "--backend", url]) == 2
     err = capsys.readouterr().err
     assert "'yesterday' is not a time: give ISO-8601" in err and "epoch milliseconds" in err
+    assert main(["cancel", "j", "9" * 40, "--backend", url]) == 2
+    assert "is past the year 9899" in capsys.readouterr().err
