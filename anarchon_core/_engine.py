@@ -130,6 +130,8 @@ class Engine:
         self._started_at = config.clock()
         #: Set when the store turned out unusable after a background start (not an outage).
         self.failed: BaseException | None = None
+        #: The store opened and the loops run (False while an outage at start is retried).
+        self.opened = False
         self._reported_mismatches: set[str] = set()
         self._logged_skew: int | None = None
         #: Who claims which run (every instance, without a registry view).
@@ -189,6 +191,7 @@ class Engine:
         self._start_loops()
 
     def _start_loops(self) -> None:
+        self.opened = True
         self._spawn(self._slot_loop())
         for job in self.jobs.values():
             if self._lease and job.options.catch_up != "none":
@@ -225,7 +228,7 @@ class Engine:
             self._heartbeat.cancel()
         await self._drain({*self._loops, *self.attempts.tasks, *cut_off})
         self.attempts.close()  # every attempt has ended: no self-fence is due any more
-        if self.failed is None:
+        if self.opened:
             try:
                 async with asyncio.timeout(REGISTRY_STOP_TIMEOUT_S):
                     await self.backend.unregister(self.config.instance_id)

@@ -373,11 +373,12 @@ class Scheduler:
             self._engine = None
             raise
         logger.info(
-            "anarchon started: %d job(s) on %s as %s%s",
+            "anarchon started: %d job(s) on %s as %s%s%s",
             len(self._jobs),
             self.backend.describe(),
             self.instance_id,
             local_note(self.backend),
+            "" if engine.opened else "; the store is unreachable: claiming starts when it answers",
             extra={"job": None, "slot": None, "attempt": None, "instance": self.instance_id},
         )
 

@@ -778,3 +778,39 @@ class FallsSilent(MemoryBackend):
 
 async def _settled(spans: dict[str, float], count: int) -> bool:
     return len(spans) >= count
+
+
+class DownAtStart(MemoryBackend):
+    """A store that cannot be reached until ``up`` is set."""
+
+    up = False
+
+    async def open(self) -> None:
+        if not self.up:
+            raise BackendUnavailable("connection refused")
+        await super().open()
+
+    async def unregister(self, instance_id: str) -> None:
+        if not self.up:
+            raise AssertionError("left a registry it never joined")
+        await super().unregister(instance_id)
+
+
+def test_a_store_down_at_start_is_said_and_a_stop_does_not_touch_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = DownAtStart(clock=store_clock())
+
+    async def main() -> None:
+        s = Scheduler(store, clock=store_clock(), jitter_ms=0)  # type: ignore[arg-type]
+        s.every("x", "1s", lambda ctx: None)
+        await s.start()
+        await asyncio.sleep(3)
+        await s.stop()
+
+    with caplog.at_level("INFO", logger="anarchon"):
+        run_virtual(main)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "the store is unreachable: claiming starts when it answers" in text
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], text
+    assert "registry" not in text, text  # it never joined it, so it does not leave it
