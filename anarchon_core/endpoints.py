@@ -23,6 +23,7 @@ from .durations import parse_duration_ms
 from .errors import BackendError, CapabilityError, ConfigurationError
 from .operations import NoLiveInstanceError
 from .records import iso_utc
+from .redact import brief
 
 __all__ = ["DashboardAPI", "Reply", "dashboard_file"]
 
@@ -148,7 +149,13 @@ class DashboardAPI:
     # -- reads -------------------------------------------------------------------------
     async def _jobs(self, params: Mapping[str, str], body: bytes) -> dict[str, Any]:
         window = params.get("window")
-        window_ms = api.DEFAULT_WINDOW_MS if window is None else parse_duration_ms(window)
+        window_ms = api.DEFAULT_WINDOW_MS
+        if window is not None:
+            window_ms = parse_duration_ms(window, what="window")
+            if window_ms > api.MAX_WINDOW_MS:  # named as given, not in ms
+                raise ConfigurationError(
+                    f"window {brief(window)} is not valid: give a duration from 1ms to 7d"
+                )
         return await api.jobs(self.backend, window_ms=window_ms, actions=self.allow_actions)
 
     async def _runs(self, params: Mapping[str, str], body: bytes) -> dict[str, Any]:

@@ -288,6 +288,7 @@ def test_endpoints_answer_the_reads() -> None:
         ("GET", "runs", {"status": "done"}, 400, "status 'done' is not valid"),
         ("GET", "runs", {"cursor": "x"}, 400, "cursor 'x' is not valid"),
         ("GET", "jobs", {"window": "forever"}, 400, "forever"),
+        ("GET", "jobs", {"window": "30d"}, 400, "window '30d' is not valid: give a duration"),
         ("POST", "jobs/sync/pause", {}, 403, "actions are not enabled"),
         ("POST", "runs/cancel", {}, 403, "actions are not enabled"),
     ],
