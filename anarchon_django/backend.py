@@ -273,7 +273,15 @@ def _django_ready(*, setup: bool) -> bool:
         return False
     import django
 
-    django.setup()
+    try:
+        django.setup()
+    except ImportError as exc:  # the settings module (or an app) is not importable here
+        raise ConfigurationError(
+            f"django:// needs the project's Django settings, and "
+            f"{ENVIRONMENT_VARIABLE}={os.environ.get(ENVIRONMENT_VARIABLE)!r} could not be "
+            f"imported ({exc}): run from the project's directory or set PYTHONPATH, or use "
+            f"'python manage.py anarchon ...'"
+        ) from exc
     return apps.ready
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,3 +135,16 @@ def test_help_lists_every_subcommand() -> None:
     result = manage("anarchon", "history", "--help")
     assert result.returncode == 0, result.stderr
     assert "--json" in result.stdout and "--since" in result.stdout and "--backend" in result.stdout
+
+
+def test_a_django_url_outside_the_project_says_what_to_do(tmp_path: Path) -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "nowhere_project.settings"}
+    result = subprocess.run(
+        [sys.executable, "-m", "anarchon_core", "history", "--backend", "django://default"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "DJANGO_SETTINGS_MODULE='nowhere_project.settings' could not be imported" in (
+        result.stderr
+    )
+    assert "manage.py anarchon" in result.stderr and "Traceback" not in result.stderr
