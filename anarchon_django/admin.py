@@ -28,7 +28,7 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.functional import cached_property
 
 from . import _admin_dashboard as dashboard
@@ -74,6 +74,15 @@ def _aware(ms: int | None) -> dt.datetime | None:
     if ms is None:
         return None
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def _shown(ms: int | None) -> str | None:
+    """A time in the current time zone to the second (``2026-12-04 15:38:12 JST``): the
+    admin's default format drops the seconds, and runs a second apart read the same."""
+    value = _aware(ms)
+    if value is None:
+        return None
+    return formats.date_format(timezone.localtime(value), "Y-m-d H:i:s T")
 
 
 def _millis(ms: int | None) -> str:
@@ -233,20 +242,20 @@ class HistoryRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     # -- columns ----------------------------------------------------------------------
     @admin.display(description="scheduled", ordering="slot")
-    def scheduled(self, obj: HistoryRecord) -> dt.datetime | None:
-        return _aware(obj.slot)  # shown in the current time zone by the admin
+    def scheduled(self, obj: HistoryRecord) -> str | None:
+        return _shown(obj.slot)
 
     @admin.display(description="claimed")
-    def claimed(self, obj: HistoryRecord) -> dt.datetime | None:
-        return _aware(obj.claimed_at)
+    def claimed(self, obj: HistoryRecord) -> str | None:
+        return _shown(obj.claimed_at)
 
     @admin.display(description="started")
-    def started(self, obj: HistoryRecord) -> dt.datetime | None:
-        return _aware(obj.started_at)
+    def started(self, obj: HistoryRecord) -> str | None:
+        return _shown(obj.started_at)
 
     @admin.display(description="finished")
-    def finished(self, obj: HistoryRecord) -> dt.datetime | None:
-        return _aware(obj.finished_at)
+    def finished(self, obj: HistoryRecord) -> str | None:
+        return _shown(obj.finished_at)
 
     @admin.display(description="duration")
     def duration(self, obj: HistoryRecord) -> str:
