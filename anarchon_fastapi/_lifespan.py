@@ -121,6 +121,7 @@ def lifespan(
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        _log_with_the_server()
         async with _inner(inner, app) as inner_state:
             await scheduler.start()
             store = SharedStore(scheduler)
@@ -138,6 +139,40 @@ def lifespan(
                             delattr(app.state, key)
 
     return run
+
+
+#: The server loggers whose handlers anarchon's records go through when nothing else
+#: is configured: uvicorn's (also under gunicorn's uvicorn workers) and hypercorn's.
+SERVER_LOGGERS = ("uvicorn.error", "hypercorn.error")
+
+
+def _log_with_the_server() -> None:
+    """Send the ``anarchon`` loggers' records (INFO and up) through the server's own log
+    handlers when neither they nor the root logger have any: under ``uvicorn`` nothing
+    configures the root logger, and start-up, takeovers and hand-overs would go unseen.
+    A ``--log-config`` or an application that configures logging decides instead."""
+    ours = logging.getLogger("anarchon")
+    if ours.handlers or logging.getLogger().handlers:
+        return
+    for name in SERVER_LOGGERS:
+        handlers = _handlers_of(logging.getLogger(name))
+        if handlers:
+            for handler in handlers:
+                ours.addHandler(handler)
+            if ours.level == logging.NOTSET:
+                ours.setLevel(logging.INFO)
+            return
+
+
+def _handlers_of(logger: logging.Logger) -> list[logging.Handler]:
+    """The handlers a record of ``logger`` reaches below the root (uvicorn's are on
+    ``uvicorn``, the parent of ``uvicorn.error``)."""
+    found: logging.Logger | None = logger
+    while found is not None and found is not logging.getLogger():
+        if found.handlers:
+            return list(found.handlers)
+        found = found.parent if found.propagate else None
+    return []
 
 
 @asynccontextmanager
