@@ -154,6 +154,15 @@ CASES = {
         ],
         SAME,
     ),
+    "berlin every 2 hours :30 across fall back (mapped to fixed hours)": (
+        BERLIN,
+        {"hour": "*/2", "minute": 30},
+        (FALL[BERLIN] - HOURS, FALL[BERLIN] + HOURS),
+        # hour="*/2" maps to the fixed hours 0,2,...,22: 02:30 runs once, at the first
+        # occurrence (CEST, 00:30Z), not again at 02:30 CET (01:30Z), as under Celery
+        ["2025-10-25 22:30Z", "2025-10-26 00:30Z", "2025-10-26 03:30Z"],
+        SAME,
+    ),
     "berlin hourly :30 across fall back": (
         BERLIN,
         {"minute": 30},
