@@ -7,15 +7,18 @@ factory whose server is unreachable calls ``services.service_unreachable``, whic
 skips the test, or fails it when ``ANARCHON_REQUIRE_SERVICES=1`` (CI with its
 services up must not skip silently).
 
-There is no pytest-asyncio: ``async def`` tests run on the ``runner`` fixture's event
-loop (one :class:`asyncio.Runner` per test), the same loop that opened the backend,
-because drivers bind their connections to the loop that made them.
+The tests of the contract are the public suite, ``anarchon_core.conformance``; the
+test modules here import it. There is no pytest-asyncio: ``async def`` tests run on
+the ``runner`` fixture's event loop (one :class:`asyncio.Runner` per test), the same
+loop that opened the backend, because drivers bind their connections to the loop that
+made them. The fixture and the hook that runs them are the suite's pytest plugin,
+``anarchon_core.conformance.plugin``, imported here (``pytest_plugins`` is allowed in
+the rootdir's conftest only).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,15 +26,9 @@ import pytest
 from registry import BACKENDS, load_store_modules
 
 from anarchon_core.backend import Backend
+from anarchon_core.conformance.plugin import *  # noqa: F403  (runner, pytest_pyfunc_call)
 
 load_store_modules()
-
-
-@pytest.fixture(autouse=True)
-def runner() -> Iterator[asyncio.Runner]:
-    """The event loop of one test: the backend fixture and the test body share it."""
-    with asyncio.Runner() as runner:
-        yield runner
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -51,14 +48,3 @@ def backend(
         yield store
     finally:
         runner.run(context.__aexit__(None, None, None))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Run ``async def`` tests to completion on the test's ``runner`` loop."""
-    if not inspect.iscoroutinefunction(pyfuncitem.obj):
-        return None
-    runner: asyncio.Runner = pyfuncitem.funcargs["runner"]
-    names = pyfuncitem._fixtureinfo.argnames  # what pytest's own pyfunc_call passes
-    runner.run(pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names}))
-    return True

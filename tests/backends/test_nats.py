@@ -28,7 +28,6 @@ from claim_requests import claim_only_request, now_ms
 from nats.js import api
 from services import free_port
 from stores_nats import NATS_URL, NatsServer, delete_bucket, fresh_bucket, nats_server, require_nats
-from test_conformance import history_pages
 
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, Lease
@@ -36,6 +35,7 @@ from anarchon_core.backends import backend_from_url
 from anarchon_core.backends import nats as nats_backend
 from anarchon_core.backends.nats import NatsBackend, decode_job, encode_job
 from anarchon_core.cli import main as cli_main
+from anarchon_core.conformance import history_pages
 from anarchon_core.errors import (
     BackendError,
     BackendUnavailable,

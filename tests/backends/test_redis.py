@@ -34,7 +34,6 @@ from redis_servers import (
     with_params,
 )
 from services import service_unreachable
-from test_conformance import history_pages, takeover_request
 
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease
@@ -48,6 +47,7 @@ from anarchon_core.backends.redis import (
     RedisScriptBackend,
     RedisStreamIdBackend,
 )
+from anarchon_core.conformance import history_pages, takeover_request
 from anarchon_core.errors import (
     BackendError,
     BackendUnavailable,

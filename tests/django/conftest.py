@@ -4,7 +4,8 @@ Run with ``DJANGO_SETTINGS_MODULE=django_project.settings`` and
 ``ANARCHON_TEST_DJANGO_DB=sqlite|postgres``; pytest-django creates the test database.
 
 As in ``tests/backends``, there is no pytest-asyncio: ``async def`` tests run on the
-``runner`` fixture's event loop, the loop that opened the backend. The backend runs
+``runner`` fixture's event loop, the loop that opened the backend (the conformance
+suite's plugin, ``anarchon_core.conformance.plugin``, imported here). The backend runs
 its statements on a thread of its own with its own connection, so its tests need
 ``transactional_db`` (what it writes is committed, and flushed after the test).
 """
@@ -12,19 +13,12 @@ its statements on a thread of its own with its own connection, so its tests need
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Iterator
 
 import pytest
 
+from anarchon_core.conformance.plugin import *  # noqa: F403  (runner, pytest_pyfunc_call)
 from anarchon_django.backend import DjangoBackend
-
-
-@pytest.fixture(autouse=True)
-def runner() -> Iterator[asyncio.Runner]:
-    """The event loop of one test: the backend fixture and the test body share it."""
-    with asyncio.Runner() as runner:
-        yield runner
 
 
 @pytest.fixture
@@ -36,14 +30,3 @@ def backend(transactional_db: None, runner: asyncio.Runner) -> Iterator[DjangoBa
         yield store
     finally:
         runner.run(store.close())
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Run ``async def`` tests to completion on the test's ``runner`` loop."""
-    if not inspect.iscoroutinefunction(pyfuncitem.obj):
-        return None
-    runner: asyncio.Runner = pyfuncitem.funcargs["runner"]
-    names = pyfuncitem._fixtureinfo.argnames  # what pytest's own pyfunc_call passes
-    runner.run(pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names}))
-    return True
