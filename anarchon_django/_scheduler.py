@@ -86,6 +86,8 @@ class DjangoScheduler(Scheduler):
         super().__init__(_PLACEHOLDER, **kwargs)
         #: job name -> the module that defined it
         self.origins: dict[str, str] = {}
+        #: Where each job was defined, with the line: a name defined twice names both.
+        self._defined: dict[str, str] = {}
         #: names of cron() jobs defined without ``tz`` (evaluated in UTC)
         self.default_zone_jobs: list[str] = []
 
@@ -132,17 +134,18 @@ class DjangoScheduler(Scheduler):
             handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
         if atomic:
             handler = self._transactional(name, handler)
-        module = _defined_at(handler)
+        module = str(getattr(handler, "__module__", None) or "?")
         if name in self.jobs:
             raise JobDefinitionError(
                 DUPLICATE_JOB,
-                f"job name {name!r} is defined twice: in {self.origins.get(name, '?')} and in "
-                f"{module}; job names must be unique in the project (they identify the job "
-                f"in the store)",
+                f"job name {name!r} is defined twice: in {self._defined.get(name, '?')} and "
+                f"in {_defined_at(handler)}; job names must be unique in the project (they "
+                f"identify the job in the store)",
             )
         _classified(BAD_OPTION, resolve_options, self._defaults, options, f"job {name!r}")
         job = super().add_job(name, schedule, close_connections(handler), **options)
         self.origins[name] = module
+        self._defined[name] = _defined_at(handler)
         return job
 
     def _task_handler(
