@@ -381,7 +381,7 @@ def _note(record: RunRecord, kill: _Kill | None, stop_ms: int | None) -> str:
         return "previous run still live"
     stopped = stop_ms is not None and (record.finished_at or 0) >= stop_ms
     if record.status == Status.INTERRUPTED and stopped:
-        return "released at stop; no backup: every instance was stopping"
+        return "released at stop: no backup left"
     return ""
 
 
