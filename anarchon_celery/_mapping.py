@@ -73,20 +73,6 @@ class EntryPlan:
 #: The ``anarchon_*`` keys this adapter checks itself; the others are the core's
 #: scheduler settings (``anarchon_jitter_ms``, ``anarchon_heartbeat_ms``, …).
 _OWN_KEYS = ("anarchon_backend", "anarchon_entries", "anarchon_task_id", "anarchon_allow_local_tz")
-#: Core settings that a beat takes from elsewhere: the namespace defaults to the app's
-#: main name (checked below), catch-up depends on the store.
-_CORE_KEYS = (
-    "namespace",
-    "instance_id",
-    "jitter_ms",
-    "heartbeat_ms",
-    "lease_ms",
-    "grace_ms",
-    "catch_up",
-    "history_retention",
-    "candidates",
-    "enabled",
-)
 
 
 def _conf(app: Any, key: str, default: Any = None) -> Any:
@@ -135,7 +121,6 @@ def read_settings(app: Any) -> Settings:
         given,
         spell=lambda name: f"anarchon_{name}",
         own=_OWN_KEYS,
-        only=_CORE_KEYS,
         defaults={"jitter_ms": 500, "grace_ms": 10_000, "candidates": DEFAULT_CANDIDATES},
     )
     problems = [str(problem) for problem in found]
