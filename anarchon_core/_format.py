@@ -95,9 +95,10 @@ def history_table(records: Sequence[RunRecord], width: int = TABLE_WIDTH) -> lis
     return out
 
 
-def parse_instant_ms(text: str) -> int:
+def parse_instant_ms(text: str, *, other_forms: str = "") -> int:
     """An ISO-8601 time (UTC if it has no offset) or epoch ms, as epoch ms: the two forms
     the history shows a slot in, accepted wherever a time or a slot is given.
+    ``other_forms`` (", or …") names what else the caller accepts, for the refusal.
 
     :raises argparse.ArgumentTypeError: naming the value and the accepted forms.
     """
@@ -120,7 +121,7 @@ def parse_instant_ms(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text[:80]!r} is not a time: give ISO-8601 (2026-12-03T08:00:00Z) or epoch "
-            f"milliseconds"
+            f"milliseconds{other_forms}"
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)

@@ -244,12 +244,7 @@ def parse_time_ms(text: str) -> int:
     """``--since``/``--until``: an ISO-8601 time, epoch ms, or a duration ago, as epoch ms."""
     if re.fullmatch(r"(?:[0-9]+(?:ms|d|h|m|s))+", text.strip()):
         return wall_clock_ms() - parse_duration_ms(text.strip(), what="time")
-    try:
-        return parse_instant_ms(text)
-    except argparse.ArgumentTypeError as exc:
-        if "is not a time" not in str(exc):
-            raise
-        raise argparse.ArgumentTypeError(f"{exc}, or a duration ago (1h)") from None
+    return parse_instant_ms(text, other_forms=", or a duration ago (1h)")
 
 
 def _duration_ms(text: str) -> int:
