@@ -1,7 +1,7 @@
 """The Django ORM backend on PostgreSQL: the core PostgreSQL backend's statements via Django.
 
 The tables are the core's (see :mod:`anarchon_django.models`), so the statements of
-:class:`~anarchon_core.backends._postgres_sql.Statements` run on them unchanged, one
+:class:`~anarchon_core.backends.postgres._sql.Statements` run on them unchanged, one
 statement and one round trip per decision, in autocommit:
 
 - the claim calls the core's PL/pgSQL function: ``INSERT … ON CONFLICT DO NOTHING``
@@ -46,8 +46,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg import pq
 
 from anarchon_core.backend import Capabilities
-from anarchon_core.backends._postgres_contract import PostgresContract
-from anarchon_core.backends._postgres_sql import Statements
+from anarchon_core.backends.postgres._contract import PostgresContract
+from anarchon_core.backends.postgres._sql import Statements
 from anarchon_core.errors import ConfigurationError
 
 from ._orm_thread import Worker

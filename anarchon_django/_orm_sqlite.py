@@ -28,8 +28,8 @@ from typing import Any, TypeVar, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from anarchon_core.backends._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
 from anarchon_core.backends.sqlite import SqliteBackend
+from anarchon_core.backends.sqlite._batch import Decision, WriteQueue, execute_batch, retry_busy
 from anarchon_core.errors import BackendError
 
 from ._orm_thread import Worker

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from anarchon_core.backend import Lease, wall_clock_ms
-from anarchon_core.backends import _sqlite_decisions
+from anarchon_core.backends.sqlite import _decisions as sqlite_decisions
 from anarchon_core.context import RunContext, bounded_meta
 from anarchon_core.errors import ConfigurationError, RunCancelled
 from anarchon_core.records import Status
 
 if TYPE_CHECKING:  # psycopg renders them: imported only where PostgreSQL is used
-    from anarchon_core.backends._postgres_sql import Statements
+    from anarchon_core.backends.postgres._sql import Statements
 
 __all__ = ["AttemptFenced", "store_alias", "transactional"]
 
@@ -85,7 +85,7 @@ def record_success(alias: str, lease: Lease, meta: dict[str, Any]) -> bool:
     conn = connections[alias]
     meta = bounded_meta(meta)
     if conn.vendor == "postgresql":
-        from anarchon_core.backends._postgres_contract import finish_params, finish_verdict
+        from anarchon_core.backends.postgres._contract import finish_params, finish_verdict
 
         with conn.cursor() as cursor:
             cursor.execute(
@@ -95,7 +95,7 @@ def record_success(alias: str, lease: Lease, meta: dict[str, Any]) -> bool:
         return row is not None and finish_verdict(row, Status.SUCCESS)
     if conn.vendor == "sqlite":
         conn.ensure_connection()
-        decide = _sqlite_decisions.finish(lease, Status.SUCCESS, meta=meta)
+        decide = sqlite_decisions.finish(lease, Status.SUCCESS, meta=meta)
         return decide(conn.connection, wall_clock_ms())
     raise ConfigurationError(
         f"database alias {alias!r} is {conn.vendor}: the ORM store supports PostgreSQL and SQLite"
@@ -110,7 +110,7 @@ def _postgres_statements(conn: Any) -> Statements:
         with conn.cursor() as cursor:
             cursor.execute("SELECT current_schema()")
             (schema,) = cursor.fetchone()
-        from anarchon_core.backends._postgres_sql import Statements
+        from anarchon_core.backends.postgres._sql import Statements
 
         from ._orm_postgres import PREFIX
 

@@ -40,8 +40,8 @@ from redis.exceptions import ResponseError
 
 from anarchon_core.backend import ClaimRequest, Lease
 from anarchon_core.backends import mask_url
-from anarchon_core.backends._redis_streams import idmp_xadd_command
 from anarchon_core.backends.redis import RedisBackend
+from anarchon_core.backends.redis._streams import idmp_xadd_command
 from anarchon_core.errors import CapabilityError
 from anarchon_core.records import Origin, Outcome, Status
 

@@ -15,15 +15,15 @@ ADAPTERS = ("anarchon_django", "anarchon_celery", "anarchon_fastapi")
 #: runs the core's SQLite and PostgreSQL decisions on Django's connections; a public
 #: way to supply connections to those stores replaces these.
 KNOWN: dict[str, set[str]] = {
-    "anarchon_django/_orm_sqlite.py": {"anarchon_core.backends._sqlite_batch"},
+    "anarchon_django/_orm_sqlite.py": {"anarchon_core.backends.sqlite._batch"},
     "anarchon_django/_orm_postgres.py": {
-        "anarchon_core.backends._postgres_contract",
-        "anarchon_core.backends._postgres_sql",
+        "anarchon_core.backends.postgres._contract",
+        "anarchon_core.backends.postgres._sql",
     },
     "anarchon_django/_transactional.py": {
-        "anarchon_core.backends._postgres_contract",
-        "anarchon_core.backends._postgres_sql",
-        "anarchon_core.backends._sqlite_decisions",
+        "anarchon_core.backends.postgres._contract",
+        "anarchon_core.backends.postgres._sql",
+        "anarchon_core.backends.sqlite._decisions",
     },
 }
 

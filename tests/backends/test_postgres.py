@@ -36,9 +36,9 @@ from anarchon_core.backend import (
     TakeoverRequest,
 )
 from anarchon_core.backends import backend_from_url
-from anarchon_core.backends._postgres_sql import TERMINAL
 from anarchon_core.backends._sql import history_filter
 from anarchon_core.backends.postgres import PostgresBackend
+from anarchon_core.backends.postgres._sql import TERMINAL
 from anarchon_core.errors import (
     BackendError,
     BackendUnavailable,

@@ -38,8 +38,6 @@ from services import service_unreachable
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease
 from anarchon_core.backends import backend_from_url
-from anarchon_core.backends._redis_base import MAX_BATCH
-from anarchon_core.backends._redis_streams import IDMP_PRODUCER, idmp_xadd_command
 from anarchon_core.backends.redis import (
     RedisBackend,
     RedisIdmpBackend,
@@ -47,6 +45,8 @@ from anarchon_core.backends.redis import (
     RedisScriptBackend,
     RedisStreamIdBackend,
 )
+from anarchon_core.backends.redis._base import MAX_BATCH
+from anarchon_core.backends.redis._streams import IDMP_PRODUCER, idmp_xadd_command
 from anarchon_core.conformance import history_pages, takeover_request
 from anarchon_core.errors import (
     BackendError,

@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 
 from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, FinishRequest, Lease
-from anarchon_core.backends import _sqlite_batch, backend_from_url
-from anarchon_core.backends import _sqlite_sql as sql
+from anarchon_core.backends import backend_from_url
 from anarchon_core.backends.sqlite import SqliteBackend
+from anarchon_core.backends.sqlite import _batch as _sqlite_batch
+from anarchon_core.backends.sqlite import _sql as sql
 from anarchon_core.errors import (
     BackendError,
     BackendUnavailable,

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from itertools import pairwise
 from typing import Any
 
-from anarchon_core.backends._sqlite_batch import MAX_BATCH, SETTLE_PER_TURN, WriteQueue
+from anarchon_core.backends.sqlite._batch import MAX_BATCH, SETTLE_PER_TURN, WriteQueue
 
 
 def increments(counts: list[int]) -> list[int]:

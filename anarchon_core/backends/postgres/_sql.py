@@ -1,7 +1,7 @@
 """The SQL of :mod:`anarchon_core.backends.postgres`: its layout, functions and statements.
 
 The claim, the takeover and the lease statements live here; manual runs, cancel,
-pause, the registry and retention in :mod:`._postgres_ops`. Every identifier
+pause, the registry and retention in :mod:`._ops`. Every identifier
 (schema, tables, indexes, functions) is composed with :class:`psycopg.sql.Identifier`,
 even though the backend has already validated the schema and prefix; every value is a
 ``%s`` parameter. The only literals spliced in are constants of this module.
@@ -29,10 +29,10 @@ import re
 
 from psycopg import sql
 
-from ..backend import EARLY_TOLERANCE_MS, NOT_STARTED, PENDING
-from ..errors import ConfigurationError
-from ..records import TERMINAL_STATUSES
-from . import _postgres_ops as ops
+from ...backend import EARLY_TOLERANCE_MS, NOT_STARTED, PENDING
+from ...errors import ConfigurationError
+from ...records import TERMINAL_STATUSES
+from . import _ops as ops
 
 __all__ = ["TERMINAL", "WAITING", "Statements", "identifier"]
 

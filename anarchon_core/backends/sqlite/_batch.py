@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from ..backend import wall_clock_ms
-from ..errors import BackendError
+from ...backend import wall_clock_ms
+from ...errors import BackendError
 
 __all__ = [
     "MAX_BATCH",

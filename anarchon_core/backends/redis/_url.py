@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigurationError
-from ..redact import brief, brief_url, redact_url, userinfo_problem
+from ...errors import ConfigurationError
+from ...redact import brief, brief_url, redact_url, userinfo_problem
 
 __all__ = [
     "DEFAULT_PREFIX",

@@ -15,9 +15,9 @@ that implements the chosen one, so ``isinstance(b, RedisBackend)`` holds for all
 ``idmp`` (:class:`RedisIdmpBackend`)
     Claim-only: ``XADD … IDMP`` idempotent production (Redis ≥ 8.6).
 
-The shared machinery is in :mod:`._redis_base`, the URL in :mod:`._redis_url`, the
-scripts in :mod:`._redis_lua`, the strategies in :mod:`._redis_runs` and
-:mod:`._redis_streams`. The key layout, the
+The shared machinery is in :mod:`._base`, the URL in :mod:`._url`, the
+scripts in :mod:`._lua`, the strategies in :mod:`._runs` and
+:mod:`._streams`. The key layout, the
 guarantees and the failure behaviour are in ``docs/backends/redis.md``.
 """
 
@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ._redis_base import RedisBackend
-from ._redis_runs import RedisLeaseBackend, RedisScriptBackend
-from ._redis_streams import RedisIdmpBackend, RedisStreamIdBackend
-from ._redis_url import DEFAULT_PREFIX, DEFAULT_URL, STRATEGIES
+from ._base import RedisBackend
+from ._runs import RedisLeaseBackend, RedisScriptBackend
+from ._streams import RedisIdmpBackend, RedisStreamIdBackend
+from ._url import DEFAULT_PREFIX, DEFAULT_URL, STRATEGIES
 
 __all__ = [
     "DEFAULT_PREFIX",

@@ -16,7 +16,7 @@ Per job (``B`` = ``prefix:{job}:``, one Redis Cluster hash slot):
 ``B job``          hash    ``paused`` and ``last`` (the latest scheduled slot: catch-up).
 =================  ======  ==============================================================
 
-Every operation is one of the Lua scripts in :mod:`._redis_lua`, which mirror the
+Every operation is one of the Lua scripts in :mod:`._lua`, which mirror the
 in-memory reference backend; this module only names keys and parses replies.
 """
 
@@ -26,7 +26,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, Literal
 
-from ..backend import (
+from ...backend import (
     Capabilities,
     Claim,
     ClaimRequest,
@@ -38,9 +38,9 @@ from ..backend import (
     bound_error,
     meta_json,
 )
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
-from . import _redis_lua as lua
-from ._redis_base import Call, RedisBackend, command, execute, newest_slot, queue
+from ...records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
+from . import _lua as lua
+from ._base import Call, RedisBackend, command, execute, newest_slot, queue
 
 __all__ = ["RedisLeaseBackend", "RedisScriptBackend"]
 

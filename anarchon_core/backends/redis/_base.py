@@ -44,17 +44,17 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..backend import SCHEMA_VERSION, Backend, InstanceInfo, instance_json
-from ..errors import (
+from ...backend import SCHEMA_VERSION, Backend, InstanceInfo, instance_json
+from ...errors import (
     BackendError,
     BackendUnavailable,
     CapabilityError,
     ConfigurationError,
     SchemaVersionError,
 )
-from ..records import HistoryQuery
-from ._redis_lua import INSTANCES, REGISTER, LuaScript
-from ._redis_url import DEFAULT_URL, parse_url
+from ...records import HistoryQuery
+from ._lua import INSTANCES, REGISTER, LuaScript
+from ._url import DEFAULT_URL, parse_url
 
 __all__ = [
     "SCRIPT_BATCH",

@@ -1,7 +1,7 @@
 """The decisions of :mod:`anarchon_core.backends.sqlite`, each one atomic under the write lock.
 
 Every ``decide(conn, now)`` here runs in a savepoint of a batch
-(:mod:`~anarchon_core.backends._sqlite_batch`) with ``now`` read once the lock is held,
+(:mod:`~anarchon_core.backends.sqlite._batch`) with ``now`` read once the lock is held,
 and mirrors the same step of :mod:`anarchon_core.backends.memory`. They are apart
 from the backend class so that it reads as the contract and these as the store's
 logic; nothing here touches the event loop.
@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..backend import (
+from ...backend import (
     EARLY_TOLERANCE_MS,
     NOT_STARTED,
     Claim,
@@ -27,8 +27,8 @@ from ..backend import (
     meta_json,
     wall_clock_ms,
 )
-from ..records import Outcome, Status
-from . import _sqlite_sql as sql
+from ...records import Outcome, Status
+from . import _sql as sql
 
 __all__ = [
     "cancel",

@@ -1,4 +1,4 @@
-"""The lease contract on PostgreSQL, over the statements of :mod:`._postgres_sql`.
+"""The lease contract on PostgreSQL, over the statements of :mod:`._sql`.
 
 Two stores send these same statements: :class:`~.postgres.PostgresBackend` through its
 psycopg pool, and the Django adapter's ORM store through Django's connection on its
@@ -14,7 +14,7 @@ from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ..backend import (
+from ...backend import (
     Backend,
     Claim,
     ClaimRequest,
@@ -27,11 +27,11 @@ from ..backend import (
     bound_error,
     meta_json,
 )
-from ..errors import BackendError, ConfigurationError
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status
-from . import _postgres_ops as ops
-from ._postgres_sql import TERMINAL, WAITING, Statements
-from ._sql import history_filter, record_from_row
+from ...errors import BackendError, ConfigurationError
+from ...records import HistoryQuery, Origin, Outcome, RunRecord, Status
+from .._sql import history_filter, record_from_row
+from . import _ops as ops
+from ._sql import TERMINAL, WAITING, Statements
 
 __all__ = ["Params", "PostgresContract", "finish_params", "finish_verdict"]
 

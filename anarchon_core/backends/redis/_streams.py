@@ -33,7 +33,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ..backend import (
+from ...backend import (
     EARLY_TOLERANCE_MS,
     Capabilities,
     Claim,
@@ -41,11 +41,11 @@ from ..backend import (
     PruneScope,
     wall_clock_ms,
 )
-from ..errors import CapabilityError
-from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
-from . import _redis_lua as lua
-from ._redis_base import RedisBackend, command, execute, newest_slot, queue
-from ._redis_url import DEFAULT_URL
+from ...errors import CapabilityError
+from ...records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
+from . import _lua as lua
+from ._base import RedisBackend, command, execute, newest_slot, queue
+from ._url import DEFAULT_URL
 
 __all__ = ["IDMP_PRODUCER", "RedisIdmpBackend", "RedisStreamIdBackend", "idmp_xadd_command"]
 

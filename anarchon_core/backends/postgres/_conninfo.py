@@ -15,8 +15,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from ..errors import ConfigurationError
-from ..redact import brief, brief_url, redact_text, redact_url, userinfo_problem
+from ...errors import ConfigurationError
+from ...redact import brief, brief_url, redact_text, redact_url, userinfo_problem
 
 __all__ = [
     "CONNECTION_DEFAULTS",

@@ -1,7 +1,7 @@
 """The SQL of :mod:`anarchon_core.backends.postgres` beyond claims and leases.
 
 Manual runs, cancel, pause, the instance registry and retention: templates rendered by
-:class:`._postgres_sql.Statements` with the same names (``{runs}``, ``{now}`` …), so
+:class:`._sql.Statements` with the same names (``{runs}``, ``{now}`` …), so
 every identifier is a :class:`psycopg.sql.Identifier` and every value a parameter.
 
 A manual request is a run in state ``pending`` (origin ``manual``, attempt 0, no

@@ -10,7 +10,7 @@ touch the keys of one job only (the registry's, its one hash). The batch scripts
 batch of claims or finishes, the sweep) take the keys of several jobs, declared in
 ``KEYS``, and decide each job's part exactly as the one-job script would; on Redis
 Cluster the backend gives each call only jobs of one hash slot (``_groups`` in
-:mod:`._redis_base`), so every script stays valid there. The scripts that look at
+:mod:`._base`), so every script stays valid there. The scripts that look at
 other runs of the same job (the overlap check, the sweep, the history and prune scans)
 build those keys from ``base`` (``prefix:{job}:``), which is in the same slot as their
 declared keys.
@@ -25,8 +25,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from ..backend import EARLY_TOLERANCE_MS, NOT_STARTED
-from ..records import TERMINAL_STATUSES
+from ...backend import EARLY_TOLERANCE_MS, NOT_STARTED
+from ...records import TERMINAL_STATUSES
 
 __all__ = [
     "CANCEL",

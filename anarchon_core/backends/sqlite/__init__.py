@@ -5,10 +5,10 @@ IMMEDIATE``), so the processes sharing the file serialise exactly where the
 in-memory reference serialises on the event loop; the decisions mirror
 :mod:`anarchon_core.backends.memory` step for step. Decisions queued at the same
 moment share one transaction, each in a savepoint of its own
-(:mod:`~anarchon_core.backends._sqlite_batch`), and a claim that can only lose reads
+(:mod:`~anarchon_core.backends.sqlite._batch`), and a claim that can only lose reads
 the run without taking the lock at all. The store's clock is the host's wall clock,
 read under the lock for each decision (every process on one host shares it). The
-decisions themselves are in :mod:`~anarchon_core.backends._sqlite_decisions`.
+decisions themselves are in :mod:`~anarchon_core.backends.sqlite._decisions`.
 
 ``sqlite3`` blocks, so each backend owns one worker thread holding its connection
 and every statement runs there, never on the event loop. The file uses WAL (readers
@@ -27,7 +27,7 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from ..backend import (
+from ...backend import (
     SCHEMA_VERSION,
     Backend,
     Capabilities,
@@ -42,13 +42,13 @@ from ..backend import (
     instance_json,
     wall_clock_ms,
 )
-from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
-from ..records import HistoryQuery, Origin, RunRecord, Status
-from ..redact import brief_url
-from . import _sqlite_decisions as decisions
-from . import _sqlite_sql as sql
-from ._sql import history_filter, record_from_row
-from ._sqlite_batch import Decision, WriteQueue, execute_batch, retry_busy
+from ...errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
+from ...records import HistoryQuery, Origin, RunRecord, Status
+from ...redact import brief_url
+from .._sql import history_filter, record_from_row
+from . import _decisions as decisions
+from . import _sql as sql
+from ._batch import Decision, WriteQueue, execute_batch, retry_busy
 
 __all__ = ["SqliteBackend"]
 

@@ -2,9 +2,9 @@
 
 Every decision of the contract is one statement, so one round trip, in autocommit:
 the claim, the takeover and the trigger call PL/pgSQL functions created at
-:meth:`open` (see :mod:`._postgres_sql` for why functions and not one CTE);
+:meth:`open` (see :mod:`._sql` for why functions and not one CTE);
 heartbeat, finish, release, the sweep, cancel and the registry are single statements
-(:mod:`._postgres_ops` holds the operations' SQL). A batch is one round trip and one
+(:mod:`._ops` holds the operations' SQL). A batch is one round trip and one
 commit too: ``claim_many`` calls a function that runs the claim function for each
 request, and ``finish_many`` is one statement over arrays. Two claims of one run are decided
 by the primary key (``INSERT … ON CONFLICT DO NOTHING``); "another live run of this
@@ -26,15 +26,15 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
-from ..backend import (
+from ...backend import (
     SCHEMA_VERSION,
     Capabilities,
 )
-from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
-from ..redact import brief_url, redact_text, redact_url
-from ._postgres_conninfo import connection_kwargs, parse_conninfo, split_url
-from ._postgres_contract import Params, PostgresContract
-from ._postgres_sql import (
+from ...errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
+from ...redact import brief_url, redact_text, redact_url
+from ._conninfo import connection_kwargs, parse_conninfo, split_url
+from ._contract import Params, PostgresContract
+from ._sql import (
     PREFIX_MAX,
     SCHEMA_MAX,
     Statements,

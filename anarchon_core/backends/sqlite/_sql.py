@@ -7,7 +7,7 @@ constant statuses below.
 
 from __future__ import annotations
 
-from ..records import TERMINAL_STATUSES
+from ...records import TERMINAL_STATUSES
 
 #: ``runs.state`` of a failed run whose retry is pending (not a history status).
 WAITING = "waiting"
