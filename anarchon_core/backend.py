@@ -21,6 +21,7 @@ Backends convert driver errors to :class:`~anarchon_core.errors.BackendUnavailab
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import time
 from abc import ABC, abstractmethod
@@ -54,6 +55,7 @@ __all__ = [
     "instance_json",
     "jobs_json",
     "local_note",
+    "overlap_reason",
     "wall_clock_ms",
 ]
 
@@ -73,6 +75,20 @@ EARLY_TOLERANCE_MS = 1000
 PENDING = "pending"
 #: The error of the attempt-0 record of a manual request that expired before it started.
 NOT_STARTED = "not started within the claim horizon"
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def overlap_reason(slot: int) -> str:
+    """The error of a ``skipped`` record: the run of the same job it overlapped.
+
+    Every store writes this text inside its claim (SQL and Lua stores format it
+    themselves, to the character): the slot in UTC, to the millisecond.
+    """
+    t = _EPOCH + dt.timedelta(milliseconds=slot)
+    when = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t:%H:%M:%S}.{t.microsecond // 1000:03d}Z"
+    return f"overlapped the run of {when}, still running"
 
 
 def wall_clock_ms() -> int:

@@ -30,6 +30,7 @@ from ..backend import (
     TakeoverRequest,
     bound_error,
     instance_json,
+    overlap_reason,
     wall_clock_ms,
 )
 from ..errors import ConfigurationError
@@ -111,8 +112,11 @@ class MemoryBackend(Backend):
         if request.job in self.paused:
             self._mark_nothing_ran(request, Status.PAUSED, now)
             return Claim(Outcome.PAUSED, store_now=now)
-        if request.skip_overlap and self._live_run(request.job, now, exclude=request.slot):
-            self._mark_nothing_ran(request, Status.SKIPPED, now)
+        overlapped = (
+            self._live_run(request.job, now, exclude=request.slot) if request.skip_overlap else None
+        )
+        if overlapped is not None:
+            self._mark_nothing_ran(request, Status.SKIPPED, now, overlap_reason(overlapped))
             return Claim(Outcome.SKIPPED, store_now=now)
         self._runs[key] = _Run(
             request.origin,
@@ -137,7 +141,9 @@ class MemoryBackend(Backend):
         )
         return Claim(Outcome.WON, 1, now)
 
-    def _mark_nothing_ran(self, request: ClaimRequest, status: Status, now: int) -> None:
+    def _mark_nothing_ran(
+        self, request: ClaimRequest, status: Status, now: int, why: str | None = None
+    ) -> None:
         self._runs[(request.job, request.slot)] = _Run(
             request.origin, status, 0, None, 0, 0, request.fingerprint
         )
@@ -151,6 +157,7 @@ class MemoryBackend(Backend):
             now,
             None,
             now,
+            why,
         )
 
     @staticmethod
@@ -160,12 +167,16 @@ class MemoryBackend(Backend):
             return Claim(Outcome.WON, run.attempt, now)
         return Claim(Outcome.LAPSED, store_now=now)
 
-    def _live_run(self, job: str, now: int, *, exclude: int) -> bool:
-        for slot in self._open.get(job, ()):
-            run = self._runs[(job, slot)]
-            if slot != exclude and run.state == Status.RUNNING and run.lease_expires > now:
-                return True
-        return False
+    def _live_run(self, job: str, now: int, *, exclude: int) -> int | None:
+        """The earliest other slot of ``job`` whose lease is live, if any."""
+        live = [
+            slot
+            for slot in self._open.get(job, ())
+            if slot != exclude
+            and self._runs[(job, slot)].state == Status.RUNNING
+            and self._runs[(job, slot)].lease_expires > now
+        ]
+        return min(live, default=None)
 
     def _closed(self, job: str, slot: int) -> None:
         """The run of ``(job, slot)`` reached a terminal state: drop it from the index."""
@@ -276,7 +287,10 @@ class MemoryBackend(Backend):
             self._end_interrupted(request, run, now)
             exhausted = request.attempt >= request.max_attempts
             return Claim(Outcome.EXHAUSTED if exhausted else Outcome.EXPIRED, store_now=now)
-        if request.skip_overlap and self._live_run(request.job, now, exclude=request.slot):
+        if (
+            request.skip_overlap
+            and self._live_run(request.job, now, exclude=request.slot) is not None
+        ):
             return Claim(Outcome.BLOCKED, store_now=now)
         self._interrupt_record(request.job, request.slot, request.attempt, now)
         attempt = request.attempt + 1

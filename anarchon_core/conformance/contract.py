@@ -31,6 +31,7 @@ from anarchon_core.backend import (
     FinishRequest,
     Lease,
     TakeoverRequest,
+    overlap_reason,
 )
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.records import (
@@ -267,6 +268,16 @@ async def test_slot_overlapping_a_live_run_is_skipped_once(backend: Backend) -> 
     (rec,) = [r for r in await records(backend) if r.slot == now]
     assert (rec.attempt, rec.status, rec.started_at) == (0, Status.SKIPPED, None)
     assert rec.finished_at is not None
+    assert rec.error == overlap_reason(now - 1000)  # the run it overlapped, by its slot
+
+
+async def test_a_skipped_record_names_the_earliest_live_run(backend: Backend) -> None:
+    now = await backend.now_ms()
+    await win(backend, now - 2000, skip_overlap=False)
+    await win(backend, now - 1000, skip_overlap=False)
+    await backend.claim_many([claim_request(now)])
+    (rec,) = [r for r in await records(backend) if r.slot == now]
+    assert (rec.status, rec.error) == (Status.SKIPPED, overlap_reason(now - 2000))
 
 
 async def test_overlap_allowed_when_skip_overlap_is_false(backend: Backend) -> None:

@@ -34,6 +34,7 @@ from anarchon_core.backend import (
     InstanceInfo,
     Lease,
     TakeoverRequest,
+    overlap_reason,
 )
 from anarchon_core.backends import backend_from_url
 from anarchon_core.backends._sql import history_filter
@@ -1292,3 +1293,18 @@ async def test_scheduler_resumes_after_the_store_was_unreachable(
     slots = Counter(slot for _, slot in ran)
     assert max(slots.values()) == 1
     assert [t for t, _ in ran if t > back + 0.5], "no run after the store came back"
+
+
+# Slots across the accepted years (100–9899), before 1970 and with milliseconds.
+REASON_SLOTS = [0, -1500, 1764952800123, -58_000_000_000_000, 253_370_764_799_999, 999]
+
+
+def test_the_skipped_reason_is_worded_as_the_core_words_it() -> None:
+    require_postgres()
+    from anarchon_core.backends.postgres._sql import _OVERLAP_REASON
+
+    text = _OVERLAP_REASON.replace("%", "%%").replace("v_overlap", "q.v")
+    query = f"SELECT {text} FROM unnest(%s::bigint[]) WITH ORDINALITY AS q(v, n) ORDER BY q.n"
+    with psycopg.connect(POSTGRES_URL) as conn:
+        rows = conn.execute(query, (REASON_SLOTS,)).fetchall()
+    assert [row[0] for row in rows] == [overlap_reason(slot) for slot in REASON_SLOTS]

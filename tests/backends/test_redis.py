@@ -36,7 +36,7 @@ from redis_servers import (
 from services import service_unreachable
 
 from anarchon_core import RunContext, Scheduler
-from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease
+from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease, overlap_reason
 from anarchon_core.backends import backend_from_url
 from anarchon_core.backends.redis import (
     RedisBackend,
@@ -925,3 +925,16 @@ async def read_history(url: str, strategy: str) -> list[Any]:
         return await backend.history(HistoryQuery(limit=1000))
     finally:
         await backend.close()
+
+
+def test_the_skipped_reason_is_worded_as_the_core_words_it() -> None:
+    from anarchon_core.backends.redis._lua import _HELPERS
+
+    slots = [0, -1500, 1764952800123, -58_000_000_000_000, 253_370_764_799_999, 999]
+    script = _HELPERS + "\nreturn overlap_reason(tonumber(ARGV[1]))"
+    client = sync_redis.Redis.from_url(shared_redis_url())
+    try:
+        worded = [client.eval(script, 0, slot).decode() for slot in slots]
+    finally:
+        client.close()
+    assert worded == [overlap_reason(slot) for slot in slots]

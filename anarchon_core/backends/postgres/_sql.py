@@ -121,6 +121,11 @@ _LIVE_ELSEWHERE = """EXISTS (
                 WHERE o.job = p_job AND o.state = 'running' AND o.lease_expires > o_store_now
                   AND o.slot <> p_slot)"""
 
+# The error of a skipped record, as ``backend.overlap_reason`` words it, of ``v_overlap``.
+_OVERLAP_REASON = """'overlapped the run of ' || to_char(
+                   (to_timestamp(v_overlap / 1000) + (v_overlap % 1000) * interval '1 ms')
+                   AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || ', still running'"""
+
 _ATTEMPT_COLUMNS = """(job, slot, attempt, origin, status, instance_id, claimed_at, started_at,
              finished_at)"""
 _ATTEMPT_COLUMNS_ERROR = _ATTEMPT_COLUMNS.replace("finished_at)", "finished_at, error)")
@@ -144,6 +149,7 @@ DECLARE
     v_mine boolean;
     v_live boolean;
     v_status text;
+    v_overlap bigint;
 BEGIN
     o_attempt := 0;
     o_store_now := {now};
@@ -158,6 +164,10 @@ BEGIN
         IF p_skip_overlap THEN"""
     + _LOCK_JOB
     + """
+            -- The earliest live run of the job it overlaps (read after the lock).
+            SELECT min(o.slot) INTO v_overlap FROM {runs} o
+            WHERE o.job = p_job AND o.state = 'running' AND o.lease_expires > o_store_now
+              AND o.slot <> p_slot;
         END IF;
         -- One statement decides and records, reading with a snapshot taken after the
         -- lock: the paused flag, another live run, then the run and its first record.
@@ -175,21 +185,21 @@ BEGIN
                 FROM (SELECT CASE
                     WHEN EXISTS (SELECT 1 FROM {jobs} j WHERE j.job = p_job AND j.paused)
                         THEN 'paused'
-                    WHEN p_skip_overlap AND """
-    + _LIVE_ELSEWHERE
-    + """
-                        THEN 'skipped'
+                    WHEN v_overlap IS NOT NULL THEN 'skipped'
                     ELSE 'running' END AS state) s
             ) d
             ON CONFLICT (job, slot) DO NOTHING
             RETURNING r.state, r.attempt
         )
         INSERT INTO {attempts} AS a """
-    + _ATTEMPT_COLUMNS
+    + _ATTEMPT_COLUMNS_ERROR
     + """
         SELECT p_job, p_slot, run.attempt, p_origin, run.state, p_instance, o_store_now,
                CASE run.attempt WHEN 1 THEN o_store_now END,
-               CASE run.attempt WHEN 0 THEN o_store_now END
+               CASE run.attempt WHEN 0 THEN o_store_now END,
+               CASE run.state WHEN 'skipped' THEN """
+    + _OVERLAP_REASON
+    + """ END
         FROM run"""
     + _ATTEMPT_CONFLICT
     + """

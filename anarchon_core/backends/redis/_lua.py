@@ -76,15 +76,38 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Another run of the job whose lease is live (the overlap check).
+-- The earliest other run of the job whose lease is live (the overlap check), or nil.
 local function live_other(base, open_key, slot)
+  local earliest = nil
   for _, s in ipairs(redis.call('SMEMBERS', open_key)) do
     if s ~= slot and redis.call('HGET', base .. 'run:' .. s, 'state') == 'running'
         and redis.call('EXISTS', base .. 'lease:' .. s) == 1 then
-      return true
+      local n = tonumber(s)
+      if earliest == nil or n < earliest then earliest = n end
     end
   end
-  return false
+  return earliest
+end
+
+-- The error of a skipped record, as ``backend.overlap_reason`` words it: the slot in
+-- UTC to the ms (days to a civil date: H. Hinnant's algorithm, proleptic Gregorian).
+local function overlap_reason(ms)
+  local secs = math.floor(ms / 1000)
+  local days = math.floor(secs / 86400)
+  local tod = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('overlapped the run of %04d-%02d-%02dT%02d:%02d:%02d.%03dZ, still running',
+    year, month, day, math.floor(tod / 3600), math.floor(tod % 3600 / 60), tod % 60,
+    ms - secs * 1000)
 end
 
 -- Index a recorded run: its slot for history and prune, and catch-up's anchor (``last``:
@@ -116,10 +139,12 @@ local function repeat_of(state, lease, token, n, now)
 end
 
 -- A slot that ran nothing (paused, skipped): recorded once, attempt 0.
-local function nothing_ran(run, status, origin, instance, fp, now)
+-- ``overlapped``: the slot of the live run a skipped slot overlapped (its error).
+local function nothing_ran(run, status, origin, instance, fp, now, overlapped)
   redis.call('HSET', run, 'origin', origin, 'state', status, 'attempt', '0', 'token', '',
     'fp', fp, '0:status', status, '0:instance', instance, '0:claimed', fmt(now),
     '0:finished', fmt(now))
+  if overlapped then redis.call('HSET', run, '0:error', overlap_reason(overlapped)) end
 end
 """
 
@@ -154,7 +179,7 @@ local function overlap_checker(open_keys)
   local function live(base, open, slot)
     if #open_keys > 1 and not opened[open] then
       if quiet == nil then quiet = not any_exists(open_keys, opened) end
-      if quiet then return false end
+      if quiet then return nil end
     end
     return live_other(base, open, slot)
   end
@@ -178,15 +203,16 @@ local function claim_lease(run, lease, job, open, slots, slot, token, instance, 
   if s < now - tonumber(horizon_ms) then return 'expired', 0 end
   if s > now + EARLY then return 'early', 0 end
   local j = redis.call('HMGET', job, 'paused', 'last')
-  local nothing = nil
+  local nothing, overlapped = nil, nil
   if j[1] == '1' then
     nothing = 'paused'
-  elseif skip == '1' and live(base, open, slot) then
-    nothing = 'skipped'
+  elseif skip == '1' then
+    overlapped = live(base, open, slot)
+    if overlapped then nothing = 'skipped' end
   end
   remember(job, slots, slot, origin, j[2])
   if nothing then
-    nothing_ran(run, nothing, origin, instance, fp, now)
+    nothing_ran(run, nothing, origin, instance, fp, now, overlapped)
     return nothing, 0
   end
   redis.call('HSET', run, 'origin', origin, 'state', 'running', 'attempt', '1', 'token', token,

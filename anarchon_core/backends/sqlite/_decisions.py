@@ -25,6 +25,7 @@ from ...backend import (
     TakeoverRequest,
     bound_error,
     meta_json,
+    overlap_reason,
     wall_clock_ms,
 )
 from ...records import Outcome, Status
@@ -72,17 +73,19 @@ def claim(conn: sqlite3.Connection, now: int, *, request: ClaimRequest) -> Claim
     if slot > now + EARLY_TOLERANCE_MS:
         return Claim(Outcome.EARLY, store_now=now)
     origin, fingerprint = str(request.origin), request.fingerprint
-    nothing_ran: tuple[Status, Outcome] | None = None
+    nothing_ran: tuple[Status, Outcome, str | None] | None = None
     if conn.execute(sql.IS_PAUSED, (job,)).fetchone() is not None:
-        nothing_ran = Status.PAUSED, Outcome.PAUSED
-    elif request.skip_overlap and live_run(conn, job, now, exclude=slot):
-        nothing_ran = Status.SKIPPED, Outcome.SKIPPED
+        nothing_ran = Status.PAUSED, Outcome.PAUSED, None
+    elif (
+        request.skip_overlap and (overlapped := live_run(conn, job, now, exclude=slot)) is not None
+    ):
+        nothing_ran = Status.SKIPPED, Outcome.SKIPPED, overlap_reason(overlapped)
     if nothing_ran is not None:  # recorded once (attempt 0): later claims are TAKEN
-        status, outcome = nothing_ran
+        status, outcome, why = nothing_ran
         conn.execute(sql.INSERT_RUN, (job, slot, origin, status.value, 0, None, 0, fingerprint))
         conn.execute(
-            sql.INSERT_ATTEMPT,
-            (job, slot, 0, origin, status.value, request.instance_id, now, None, now),
+            sql.INSERT_NOTHING_RAN,
+            (job, slot, origin, status.value, request.instance_id, now, now, why),
         )
         return Claim(outcome, store_now=now)
     lease_expires = now + request.lease_ms
@@ -124,7 +127,7 @@ def take_over(conn: sqlite3.Connection, now: int, *, request: TakeoverRequest) -
         ended = Status.FAILED if retry_due else Status.INTERRUPTED
         conn.execute(sql.END_RUN, (ended.value, *key))
         return Claim(Outcome.EXHAUSTED if exhausted else Outcome.EXPIRED, store_now=now)
-    if request.skip_overlap and live_run(conn, request.job, now, exclude=request.slot):
+    if request.skip_overlap and live_run(conn, request.job, now, exclude=request.slot) is not None:
         return Claim(Outcome.BLOCKED, store_now=now)
     _interrupt(conn, request, now)
     attempt += 1
@@ -241,8 +244,10 @@ def held_state(conn: sqlite3.Connection, lease: Lease) -> str | None:
     return None if row is None else str(row[0])
 
 
-def live_run(conn: sqlite3.Connection, job: str, now: int, *, exclude: int) -> bool:
-    return conn.execute(sql.LIVE_RUN, (job, now, exclude)).fetchone() is not None
+def live_run(conn: sqlite3.Connection, job: str, now: int, *, exclude: int) -> int | None:
+    """The earliest other slot of ``job`` whose lease is live, if any."""
+    (slot,) = conn.execute(sql.LIVE_RUN, (job, now, exclude)).fetchone()
+    return None if slot is None else int(slot)
 
 
 def _repeat(run: tuple[Any, ...], now: int) -> Claim:

@@ -114,9 +114,8 @@ INSERT INTO anarchon_runs
 VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)
 """
 LIVE_RUN = """
-SELECT 1 FROM anarchon_runs
+SELECT min(slot) FROM anarchon_runs
 WHERE job = ? AND state = 'running' AND lease_expires > ? AND slot != ?
-LIMIT 1
 """
 IS_PAUSED = "SELECT 1 FROM anarchon_jobs WHERE job = ? AND paused != 0"
 SET_PAUSED = """
