@@ -1,13 +1,17 @@
 """The protocol under seeded random faults, on virtual time (see ``tests/simulation.py``).
 
-``ANARCHON_SIM_SEEDS=N`` runs N seeds (default 1,000, about a minute); a failing seed
-replays alone with ``ANARCHON_SIM_SEED=S``.
+Each run checks 300 seeds: the fixed seeds 0–199, and 100 more that change every day
+(the day's window of seeds 1,000–100,999), so the suite keeps exploring new fault
+orders while a failure always names its seed. ``ANARCHON_SIM_SEEDS=N`` runs seeds
+0..N-1 instead (a soak: 10,000 take about 20 minutes); a failing seed replays alone
+with ``ANARCHON_SIM_SEED=S``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -15,7 +19,17 @@ import pytest
 from simulation import Report, simulate
 
 ONE = os.environ.get("ANARCHON_SIM_SEED")
-SEEDS = [int(ONE)] if ONE else list(range(int(os.environ.get("ANARCHON_SIM_SEEDS", "1000"))))
+COUNT = os.environ.get("ANARCHON_SIM_SEEDS")
+
+
+def todays_seeds(fixed: int = 200, rotating: int = 100) -> list[int]:
+    """The fixed seeds, then the day's window of ``rotating`` seeds from 1,000 on."""
+    day = int(time.time() // 86_400)
+    start = 1_000 + (day * rotating) % 100_000
+    return list(range(fixed)) + list(range(start, start + rotating))
+
+
+SEEDS = [int(ONE)] if ONE else list(range(int(COUNT))) if COUNT else todays_seeds()
 
 
 @pytest.fixture(autouse=True)
