@@ -16,7 +16,9 @@ they return, if any:
 - :func:`token_matches` compares a presented secret with the configured one as UTF-8
   bytes in constant time; it never raises, whatever a client sends.
 
-:data:`SECURITY_HEADERS` are the headers every page and API answer carries.
+:data:`SECURITY_HEADERS` are the headers every page and API answer carries;
+:func:`json_answer` and :func:`file_answer` build those answers with them, so that a
+host only maps an :class:`HttpAnswer` onto its framework's response class.
 """
 
 from __future__ import annotations
@@ -24,20 +26,24 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .endpoints import Reply
+from .endpoints import Reply, dashboard_file
 from .errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_ALLOWED_HOSTS",
     "SECURITY_HEADERS",
+    "HttpAnswer",
     "action_refusal",
     "allowed_hosts",
     "bearer_token",
     "check_token",
+    "file_answer",
     "host_allowed",
     "host_refusal",
+    "json_answer",
     "token_matches",
     "trusted_origins",
 ]
@@ -50,6 +56,33 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """What a surface sends: status, every header (the content type too) and the body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def json_answer(reply: Reply, *, headers: Mapping[str, str] = SECURITY_HEADERS) -> HttpAnswer:
+    """An API answer: JSON, never cached (it reads live store state)."""
+    fixed = {**headers, "Cache-Control": "no-store", "Content-Type": _JSON}
+    return HttpAnswer(reply.status, fixed, reply.json_bytes())
+
+
+def file_answer(name: str, *, headers: Mapping[str, str] = SECURITY_HEADERS) -> HttpAnswer:
+    """A dashboard file (``index.html``, ``dashboard.css``, ``dashboard.js``), else 404."""
+    found = dashboard_file(name)
+    if found is None:
+        return json_answer(
+            Reply(404, {"error": f"no dashboard file {name[:80]!r}"}), headers=headers
+        )
+    content, content_type = found
+    return HttpAnswer(200, {**headers, "Content-Type": content_type}, content)
+
 
 #: The names a loopback server is reached as, besides its bind address.
 DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")

@@ -30,15 +30,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .backend import Backend
 from .backends import backend_from_url
-from .endpoints import DashboardAPI, Reply, dashboard_file
+from .endpoints import DashboardAPI, Reply
 from .errors import ConfigurationError
 from .http_guard import (
-    SECURITY_HEADERS,
+    HttpAnswer,
     action_refusal,
     allowed_hosts,
     bearer_token,
     check_token,
+    file_answer,
     host_refusal,
+    json_answer,
     token_matches,
 )
 
@@ -146,17 +148,12 @@ def _bearer(request: Request) -> bytes | None:
 
 
 def _json(reply: Reply) -> Response:
-    return Response(
-        reply.json_bytes(),
-        reply.status,
-        headers={**SECURITY_HEADERS, "Cache-Control": "no-store"},
-        media_type="application/json",
-    )
+    return _respond(json_answer(reply))
 
 
 def _file(name: str) -> Response:
-    found = dashboard_file(name)
-    if found is None:
-        return Response("not found", 404, media_type="text/plain")
-    content, content_type = found
-    return Response(content, headers=dict(SECURITY_HEADERS), media_type=content_type)
+    return _respond(file_answer(name))
+
+
+def _respond(answer: HttpAnswer) -> Response:
+    return Response(answer.body, answer.status, headers=dict(answer.headers))

@@ -11,10 +11,11 @@ event loop that opened it, but Django gives a view no lasting loop: under WSGI a
 ``async def`` view runs in a fresh loop per request, under ASGI in the server's loop
 (shared with an in-process scheduler, which must not be disturbed). So the views are
 plain sync views, and the API runs on a dedicated daemon thread running one event loop
-for the life of the process (:class:`_LoopHost`): created at the first request, each
-request hands its call over with ``asyncio.run_coroutine_threadsafe`` and waits for
-the answer (at most :data:`TIMEOUT_S`), and ``atexit`` closes the backend and stops the
-loop. A forked child (gunicorn ``--preload``) notices the pid change and starts its own.
+for the life of the process (:class:`_LoopHost`, on the core's
+:class:`~anarchon_core.loop_thread.LoopThread`): created at the first request, each
+request hands its call over and waits for the answer (at most :data:`TIMEOUT_S`), and
+``atexit`` closes the backend and stops the loop. A forked child (gunicorn
+``--preload``) notices the pid change and starts its own.
 
 **Permissions.** Viewing the dashboard needs the admin's view permission on history
 records; each action needs a model permission of :class:`~anarchon_django.models.
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import logging
 import os
 import socket
@@ -47,8 +47,15 @@ from django.http.request import RawPostDataException
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from anarchon_core.backends import backend_from_url
-from anarchon_core.endpoints import DashboardAPI, Reply, dashboard_file
-from anarchon_core.http_guard import SECURITY_HEADERS, action_refusal
+from anarchon_core.endpoints import DashboardAPI, Reply
+from anarchon_core.http_guard import (
+    SECURITY_HEADERS,
+    HttpAnswer,
+    action_refusal,
+    file_answer,
+    json_answer,
+)
+from anarchon_core.loop_thread import LoopThread
 from anarchon_core.redact import redact_text
 
 __all__ = [
@@ -91,34 +98,20 @@ def unavailable_reply(url: str, exc: BaseException) -> Reply:
 
 
 class _LoopHost:
-    """A daemon thread running one event loop, and the ``DashboardAPI`` that lives on it."""
+    """The ``DashboardAPI`` of this process, living on a loop thread of its own."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(
-            target=self._run, name="anarchon-admin-dashboard", daemon=True
-        )
+        self.thread = LoopThread("anarchon-admin-dashboard")
         self.endpoints: DashboardAPI | None = None
         self.actions_lock: asyncio.Lock | None = None
-        self.closed = False
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
 
     def call(
         self, request_by: str | None, method: str, path: str, params: Any, body: bytes
     ) -> Reply:
         """Answer one API request on the loop (``request_by``: an action's operator)."""
-        future = asyncio.run_coroutine_threadsafe(
-            self._handle(request_by, method, path, params, body), self.loop
-        )
         try:
-            return future.result(TIMEOUT_S)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            return self.thread.call(self._handle(request_by, method, path, params, body), TIMEOUT_S)
+        except TimeoutError:
             return Reply(504, {"error": f"the store did not answer within {TIMEOUT_S:g} s"})
 
     async def _handle(
@@ -148,19 +141,12 @@ class _LoopHost:
 
     def close(self) -> None:
         """Close the backend (if a request opened it) and stop the loop; idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        if self.pid == os.getpid() and self.thread.is_alive():
-            if self.endpoints is not None:
-                try:
-                    asyncio.run_coroutine_threadsafe(self.endpoints.close(), self.loop).result(10)
-                except Exception:
-                    logger.exception("closing the admin dashboard's store failed")
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
-        if not self.loop.is_running():
-            self.loop.close()
+        if self.thread.usable and self.endpoints is not None:
+            try:
+                self.thread.call(self.endpoints.close(), 10)
+            except Exception:
+                logger.exception("closing the admin dashboard's store failed")
+        self.thread.close(10)
 
 
 _lock = threading.Lock()
@@ -170,7 +156,7 @@ _host: _LoopHost | None = None
 def _get_host() -> _LoopHost:
     global _host
     with _lock:
-        if _host is None or _host.pid != os.getpid() or _host.closed:
+        if _host is None or not _host.thread.usable:
             _host = _LoopHost()
             atexit.register(_host.close)
         return _host
@@ -184,7 +170,7 @@ def close_dashboard() -> None:
     global _host
     with _lock:
         host, _host = _host, None
-    if host is not None and host.pid == os.getpid():
+    if host is not None and host.thread.pid == os.getpid():
         host.close()
         atexit.unregister(host.close)
 
@@ -213,14 +199,10 @@ def may_act(user: Any) -> bool:
 
 
 def _file_response(name: str) -> HttpResponse:
-    found = dashboard_file(name)
-    if found is None:
+    answer = file_answer(name, headers=_SECURITY_HEADERS)
+    if answer.status == 404:
         raise Http404(f"no dashboard file {name!r}")
-    content, content_type = found
-    response = HttpResponse(content, content_type=content_type)
-    for key, value in _SECURITY_HEADERS.items():
-        response[key] = value
-    return response
+    return _respond(answer)
 
 
 @ensure_csrf_cookie
@@ -272,10 +254,8 @@ def _body(request: HttpRequest) -> bytes:
 
 
 def _json_response(reply: Reply) -> HttpResponse:
-    response = HttpResponse(
-        reply.json_bytes(), status=reply.status, content_type="application/json"
-    )
-    for key, value in _SECURITY_HEADERS.items():
-        response[key] = value
-    response["Cache-Control"] = "no-store"
-    return response
+    return _respond(json_answer(reply, headers=_SECURITY_HEADERS))
+
+
+def _respond(answer: HttpAnswer) -> HttpResponse:
+    return HttpResponse(answer.body, status=answer.status, headers=answer.headers)

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, params
 from fastapi.responses import Response
 
-from anarchon_core.endpoints import DashboardAPI, Reply, dashboard_file
+from anarchon_core.endpoints import DashboardAPI, Reply
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.http_guard import SECURITY_HEADERS, action_refusal
+from anarchon_core.http_guard import HttpAnswer, action_refusal, file_answer, json_answer
 from anarchon_core.http_guard import trusted_origins as checked_origins
 
 from . import _models as m
@@ -128,12 +128,7 @@ def router(
                     store.backend, allow_actions=allow_actions, requested_by=requested_by
                 )
             reply = await _handle(request, handler, path, allow_actions, trusted)
-        return Response(
-            reply.json_bytes(),
-            reply.status,
-            headers={**SECURITY_HEADERS, "Cache-Control": "no-store"},
-            media_type="application/json",
-        )
+        return _respond(json_answer(reply))
 
     # -- reads -------------------------------------------------------------------------
     @api.get(
@@ -276,8 +271,8 @@ def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _file(name: str) -> Response:
-    found = dashboard_file(name)
-    if found is None:
-        return Response('{"error":"not found"}', 404, media_type="application/json")
-    content, content_type = found
-    return Response(content, headers=dict(SECURITY_HEADERS), media_type=content_type)
+    return _respond(file_answer(name))
+
+
+def _respond(answer: HttpAnswer) -> Response:
+    return Response(answer.body, answer.status, headers=dict(answer.headers))

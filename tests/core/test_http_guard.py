@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hmac
+import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from anarchon_core.endpoints import Reply
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.http_guard import (
     SECURITY_HEADERS,
@@ -15,8 +17,10 @@ from anarchon_core.http_guard import (
     allowed_hosts,
     bearer_token,
     check_token,
+    file_answer,
     host_allowed,
     host_refusal,
+    json_answer,
     token_matches,
     trusted_origins,
 )
@@ -164,14 +168,18 @@ def test_configured_tokens_are_printable_ascii() -> None:
             check_token(bad)
 
 
-def test_one_definition_of_the_security_headers() -> None:
-    from anarchon_core import web
-    from anarchon_fastapi import _router
-
+def test_every_answer_carries_the_security_headers() -> None:
     assert SECURITY_HEADERS["X-Content-Type-Options"] == "nosniff"
     assert "frame-ancestors 'none'" in SECURITY_HEADERS["Content-Security-Policy"]
-    assert _router.SECURITY_HEADERS is SECURITY_HEADERS
-    assert web.SECURITY_HEADERS is SECURITY_HEADERS
+    api = json_answer(Reply(409, {"error": "x"}))
+    page, missing = file_answer("index.html"), file_answer("../settings.py")
+    assert (api.status, page.status, missing.status) == (409, 200, 404)
+    for answer in (api, page, missing):
+        assert SECURITY_HEADERS.items() <= answer.headers.items()
+    assert api.headers["Cache-Control"] == "no-store"
+    assert api.headers["Content-Type"] == missing.headers["Content-Type"] == "application/json"
+    assert page.headers["Content-Type"].startswith("text/html")
+    assert json.loads(missing.body) == {"error": "no dashboard file '../settings.py'"}
 
 
 text_or_bytes = st.text() | st.binary()
