@@ -66,16 +66,24 @@ class DashboardAPI:
 
     The backend is opened at the first request, not at start-up, so that a dashboard
     started while the store is down comes up and answers 503 until the store is back;
-    :meth:`close` closes it. ``requested_by`` names the operator's side in the store's
-    manual-run record (``"dashboard@host"``).
+    :meth:`close` closes it. ``lent`` says whether the backend is open and owned by
+    someone else right now (a running scheduler's, in the same app): the API then uses
+    it as it is and neither opens nor closes it. ``requested_by`` names the operator's
+    side in the store's manual-run record (``"dashboard@host"``).
     """
 
     def __init__(
-        self, backend: Backend, *, allow_actions: bool = False, requested_by: str = "dashboard"
+        self,
+        backend: Backend,
+        *,
+        allow_actions: bool = False,
+        requested_by: str = "dashboard",
+        lent: Callable[[], bool] | None = None,
     ) -> None:
         self.backend = backend
         self.allow_actions = allow_actions
         self.requested_by = requested_by
+        self._lent = lent
         self._opened = False
         self._lock = asyncio.Lock()
 
@@ -105,7 +113,7 @@ class DashboardAPI:
             route = self._route(method.upper(), parts)
             if isinstance(route, Reply):
                 return route
-            if not self._opened:
+            if not self._opened and not (self._lent is not None and self._lent()):
                 await self._open()
             return Reply(200, await route(params, body))
         except CapabilityError as exc:

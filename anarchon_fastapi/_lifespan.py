@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 
-from anarchon_core import Backend, ConfigurationError, Scheduler
+from anarchon_core import ConfigurationError, Scheduler
+from anarchon_core.endpoints import DashboardAPI
 
 __all__ = ["STATE_KEY", "SchedulerDep", "get_scheduler", "lifespan"]
 
@@ -19,7 +19,7 @@ logger = logging.getLogger("anarchon.fastapi")
 
 #: The name of the scheduler in ``app.state`` and in the lifespan state (``request.state``).
 STATE_KEY = "anarchon"
-#: Where the lifespan keeps the store handle that the router's API reads through.
+#: Where the lifespan keeps the API handlers of the app's routers (:class:`AppDashboards`).
 STORE_KEY = "anarchon_store"
 
 #: How long the hand-over itself (lease release, leaving the registry, closing the
@@ -30,60 +30,38 @@ HANDOVER_MARGIN_S = 3.0
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Mapping[str, Any] | None]]
 
 
-class SharedStore:
-    """The scheduler's store as the router's API uses it, for one app.
+class AppDashboards:
+    """The API handlers of one app's routers, over its scheduler's store.
 
     While the scheduler runs (enabled), its backend is open and used concurrently by the
-    engine's loops on this event loop; every backend is made for that, so the API
-    borrows it and never opens or closes it. A disabled scheduler (``ANARCHON_ENABLED=0``)
+    engine's loops on this event loop; every backend is made for that, so the API uses
+    it as lent and never opens or closes it. A disabled scheduler (``ANARCHON_ENABLED=0``)
     never opens its backend: then the first request opens it and the lifespan closes it.
     Either way the API reads the one shared store, whichever worker serves the request.
     """
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        self._lock = asyncio.Lock()
-        self._owned = False
-        self.backend = cast(Backend, _BorrowedBackend(self))
+        self._apis: dict[tuple[bool, str], DashboardAPI] = {}
 
-    def _borrowing(self) -> bool:
-        return self.scheduler.running and self.scheduler.enabled
-
-    async def ready(self) -> None:
-        if self._borrowing():
-            return
-        async with self._lock:
-            await self.scheduler.backend.open()  # idempotent
-            self._owned = True
+    def api(self, *, allow_actions: bool, requested_by: str) -> DashboardAPI:
+        """The handler for a router of these settings (one per kind, made at first use)."""
+        key = (allow_actions, requested_by)
+        found = self._apis.get(key)
+        if found is None:
+            scheduler = self.scheduler
+            found = self._apis[key] = DashboardAPI(
+                scheduler.backend,
+                allow_actions=allow_actions,
+                requested_by=requested_by,
+                lent=lambda: scheduler.running and scheduler.enabled,
+            )
+        return found
 
     async def aclose(self) -> None:
-        if self._owned and not self._borrowing():
-            self._owned = False
-            await self.scheduler.backend.close()
-
-
-class _BorrowedBackend:
-    """Forwards to the scheduler's backend; ``open``/``close`` are the store's business."""
-
-    def __init__(self, store: SharedStore) -> None:
-        self._store = store
-
-    async def open(self) -> None:
-        await self._store.ready()
-
-    async def close(self) -> None:
-        """The lifespan closes what it opened; the engine closes its own backend."""
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._store.scheduler.backend, name)
-        if not inspect.iscoroutinefunction(value):
-            return value
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            await self._store.ready()
-            return await getattr(self._store.scheduler.backend, name)(*args, **kwargs)
-
-        return call
+        """Close the store if a request opened it (never the running scheduler's)."""
+        for api in self._apis.values():
+            await api.close()
 
 
 def lifespan(
@@ -124,7 +102,7 @@ def lifespan(
         _log_with_the_server()
         async with _inner(inner, app) as inner_state:
             await scheduler.start()
-            store = SharedStore(scheduler)
+            store = AppDashboards(scheduler)
             setattr(app.state, STATE_KEY, scheduler)
             setattr(app.state, STORE_KEY, store)
             try:

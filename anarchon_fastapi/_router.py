@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
@@ -17,7 +16,7 @@ from anarchon_core.http_guard import HttpAnswer, action_refusal, file_answer, js
 from anarchon_core.http_guard import trusted_origins as checked_origins
 
 from . import _models as m
-from ._lifespan import STORE_KEY, SharedStore
+from ._lifespan import STORE_KEY, AppDashboards
 
 __all__ = ["router"]
 
@@ -112,21 +111,16 @@ def router(
         )
     trusted = checked_origins(trusted_origins)
     api = APIRouter(tags=[TAG], dependencies=list(dependencies or ()))
-    endpoints: weakref.WeakKeyDictionary[SharedStore, DashboardAPI] = weakref.WeakKeyDictionary()
     requested_by = f"fastapi@{socket.gethostname()}"
 
     async def answer(request: Request, path: str) -> Response:
         store = getattr(request.state, STORE_KEY, None) or getattr(
             request.app.state, STORE_KEY, None
         )
-        if not isinstance(store, SharedStore):
+        if not isinstance(store, AppDashboards):
             reply = _NOT_RUNNING
         else:
-            handler = endpoints.get(store)
-            if handler is None:
-                handler = endpoints[store] = DashboardAPI(
-                    store.backend, allow_actions=allow_actions, requested_by=requested_by
-                )
+            handler = store.api(allow_actions=allow_actions, requested_by=requested_by)
             reply = await _handle(request, handler, path, allow_actions, trusted)
         return _respond(json_answer(reply))
 
