@@ -17,6 +17,9 @@ Driver exceptions never leave a backend: they are converted at the boundary with
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 __all__ = [
     "AnarchonError",
     "BackendError",
@@ -26,6 +29,7 @@ __all__ = [
     "RunCancelled",
     "SchedulerStateError",
     "SchemaVersionError",
+    "refusing",
 ]
 
 
@@ -34,7 +38,26 @@ class AnarchonError(Exception):
 
 
 class ConfigurationError(AnarchonError, ValueError):
-    """A value given to anarchon is invalid; the message names it and the accepted form."""
+    """A value given to anarchon is invalid; the message names it and the accepted form.
+
+    ``subject`` says which part of a job definition was refused: ``"job name"``,
+    ``"duration"`` (an interval or offset), ``"cron"``, ``"zone"`` or ``"option"``
+    (``None`` elsewhere), so that an adapter can report it in its own terms (Django's
+    system check ids) without validating anything twice.
+    """
+
+    subject: str | None = None
+
+
+@contextmanager
+def refusing(subject: str) -> Iterator[None]:
+    """Give the :class:`ConfigurationError` raised inside the ``subject`` it lacks."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        if exc.subject is None:
+            exc.subject = subject
+        raise
 
 
 class CapabilityError(ConfigurationError):

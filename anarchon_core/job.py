@@ -16,7 +16,7 @@ from typing import Any, TypeAlias
 
 from .context import RunContext
 from .durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms, validate_ms
-from .errors import ConfigurationError
+from .errors import ConfigurationError, refusing
 from .names import store_name, validate_job_name
 from .redact import brief
 from .schedules import Schedule
@@ -176,9 +176,11 @@ class Job:
         explicit_defaults: frozenset[str],
         options: Mapping[str, Any],
     ) -> Job:
-        validate_job_name(name)
-        _check_handler(name, handler)
-        resolved, given = resolve_options(defaults, options, f"job {name!r}")
+        with refusing("job name"):
+            validate_job_name(name)
+        with refusing("option"):
+            _check_handler(name, handler)
+            resolved, given = resolve_options(defaults, options, f"job {name!r}")
         return cls(
             name=name,
             store_name=store_name(namespace, name),

@@ -186,8 +186,38 @@ class Scheduler:
         """The defined jobs by name (read-only)."""
         return MappingProxyType(self._jobs)
 
-    def add_job(self, name: str, schedule: Schedule, handler: Handler, **options: Any) -> Job:
+    #: Keyword options of ``every()``/``cron()``/``add_job()`` that an adapter's
+    #: :meth:`prepare_handler` takes (the core passes them to it, unchecked).
+    adapter_options: frozenset[str] = frozenset()
+
+    def prepare_handler(
+        self, name: str, handler: Handler | None, options: Mapping[str, Any]
+    ) -> Handler | None:
+        """The handler job ``name`` runs: an adapter's hook, given the handler (``None`` in
+        the decorator form, before the function is known) and its own options.
+
+        An adapter wraps ``handler`` here (Django closes stale connections around each
+        run), makes one from its options (Django's ``task=``), or refuses a bad option
+        with a :class:`ConfigurationError`. Returning ``None`` for a ``None`` handler
+        keeps the decorator form, which calls this again with the decorated function.
+        The core's own: ``handler`` unchanged.
+        """
+        return handler
+
+    def add_job(
+        self, name: str, schedule: Schedule, handler: Handler | None = None, **options: Any
+    ) -> Job:
         """Define a job from a :class:`Schedule` object; the decorators call this."""
+        own = self._adapter_options(options)
+        ready = self.prepare_handler(name, handler, own)
+        if ready is None:
+            raise ConfigurationError(f"job {brief(name)}: give a handler (a function taking ctx)")
+        return self._add(name, schedule, ready, options)
+
+    def _adapter_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        return {key: options.pop(key) for key in self.adapter_options & options.keys()}
+
+    def _add(self, name: str, schedule: Schedule, handler: Handler, options: dict[str, Any]) -> Job:
         if not isinstance(schedule, Schedule):
             raise ConfigurationError(
                 f"job {brief(name)}: schedule {brief(schedule)} is not valid: "
@@ -286,8 +316,10 @@ class Scheduler:
     def _define(
         self, name: str, schedule: Schedule, handler: Handler | None, options: dict[str, Any]
     ) -> Job | Callable[[H], H]:
-        if handler is not None:
-            return self.add_job(name, schedule, handler, **options)
+        own = self._adapter_options(options)
+        ready = self.prepare_handler(name, handler, own)
+        if ready is not None:
+            return self._add(name, schedule, ready, options)
         Job.define(  # validate now, so a bad option fails at the decorator line
             name,
             schedule,
@@ -299,7 +331,7 @@ class Scheduler:
         )
 
         def decorate(fn: H) -> H:
-            self.add_job(name, schedule, fn, **options)
+            self._add(name, schedule, self.prepare_handler(name, fn, own) or fn, options)
             return fn
 
         return decorate

@@ -26,7 +26,7 @@ from functools import lru_cache
 from croniter import croniter
 
 from .durations import format_duration_ms, parse_duration_ms
-from .errors import ConfigurationError
+from .errors import ConfigurationError, refusing
 from .redact import brief
 
 __all__ = ["Cron", "Every", "Schedule", "from_canonical"]
@@ -160,6 +160,10 @@ class Every(Schedule):
     def __init__(
         self, interval: str | dt.timedelta, offset: str | dt.timedelta | None = None
     ) -> None:
+        with refusing("duration"):
+            self._check(interval, offset)
+
+    def _check(self, interval: str | dt.timedelta, offset: str | dt.timedelta | None) -> None:
         self._interval_ms = parse_duration_ms(interval, what="interval")
         if offset is None:
             self._offset_ms = 0
@@ -355,11 +359,16 @@ class Cron(Schedule):
     __slots__ = ("_day_or", "_expression", "_fields", "_pool", "_star_hour", "_step", "_zone")
 
     def __init__(self, expression: str, tz: str = "UTC", *, day_or: bool = True) -> None:
+        with refusing("zone"):
+            self._zone = _load_zone(tz)
+        with refusing("cron"):
+            self._parse(expression, day_or)
+
+    def _parse(self, expression: str, day_or: bool) -> None:
         if not isinstance(day_or, bool):
             raise ConfigurationError(f"day_or {brief(day_or)} is not valid: give True or False")
         self._expression, fields = _normalize_expression(expression)
         self._fields = " ".join(fields)
-        self._zone = _load_zone(tz)
         self._day_or = day_or
         self._star_hour = fields[1].startswith("*")
         self._step = dt.timedelta(seconds=1 if len(fields) == 6 else 60)

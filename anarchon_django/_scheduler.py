@@ -14,17 +14,15 @@ import inspect
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from anarchon_core import Scheduler
 from anarchon_core.backend import Backend
 from anarchon_core.backends import MemoryBackend, backend_from_url
 from anarchon_core.context import RunContext
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.job import Handler, Job, resolve_options
-from anarchon_core.names import validate_job_name
+from anarchon_core.job import Handler, Job
 from anarchon_core.redact import redact_text, redact_url
-from anarchon_core.schedules import Cron, Every, Schedule
 
 from ._transactional import store_alias, transactional
 from .conf import AnarchonSettings, read_settings
@@ -84,10 +82,6 @@ class DjangoScheduler(Scheduler):
         self._backend_url = backend_url
         self._backend: Backend | None = None
         super().__init__(_PLACEHOLDER, **kwargs)
-        #: job name -> the module that defined it
-        self.origins: dict[str, str] = {}
-        #: Where each job was defined, with the line: a name defined twice names both.
-        self._defined: dict[str, str] = {}
         #: names of cron() jobs defined without ``tz`` (evaluated in UTC)
         self.default_zone_jobs: list[str] = []
 
@@ -111,58 +105,54 @@ class DjangoScheduler(Scheduler):
         """The URL the store is (or will be) built from."""
         return self._backend_url
 
-    # -- definitions: classify errors, wrap handlers ----------------------------------
-    def add_job(
-        self,
-        name: str,
-        schedule: Schedule,
-        handler: Handler | None = None,
-        *,
-        task: EnqueueableTask | None = None,
-        task_args: Sequence[Any] = (),
-        task_kwargs: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Job:
-        """As :meth:`Scheduler.add_job`; or, given ``task=``, a job that enqueues it per slot.
+    # -- definitions: the core's hook, Django's options ------------------------------
+    adapter_options = frozenset({"task", "task_args", "task_kwargs", "transactional"})
 
-        ``transactional=True`` (ORM store only, sync handlers): the handler's writes on
-        the store's database and the run's outcome commit in one transaction.
-        """
-        _classified(BAD_JOB_NAME, validate_job_name, name)
-        atomic = _transactional_option(options, name)
-        if handler is None or task is not None or task_args or task_kwargs is not None:
-            handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
+    @property
+    def origins(self) -> dict[str, str]:
+        """The module that defined each job (the checks name it)."""
+        return {name: _module_of(job.handler) for name, job in self.jobs.items()}
+
+    def prepare_handler(
+        self, name: str, handler: Handler | None, options: Mapping[str, Any]
+    ) -> Handler | None:
+        """``task=`` makes the handler; ``transactional=True`` commits it with its
+        outcome; every handler closes stale connections around its runs."""
+        atomic = options.get("transactional", False)
+        if not isinstance(atomic, bool):
+            raise JobDefinitionError(
+                BAD_OPTION,
+                f"job {name!r}: transactional = {atomic!r} is not valid: give True or False",
+            )
+        if options.keys() & {"task", "task_args", "task_kwargs"}:
+            handler = self._task_handler(name, handler, **options)
         if atomic:
-            handler = self._transactional(name, handler)
-        module = str(getattr(handler, "__module__", None) or "?")
+            alias = self._transactional_alias(name, handler)
+            handler = None if handler is None else transactional(handler, alias)
+        if handler is None:
+            return None
         if name in self.jobs:
             raise JobDefinitionError(
                 DUPLICATE_JOB,
-                f"job name {name!r} is defined twice: in {self._defined.get(name, '?')} and "
-                f"in {_defined_at(handler)}; job names must be unique in the project (they "
+                f"job name {name!r} is defined twice: in {_defined_at(self.jobs[name].handler)} "
+                f"and in {_defined_at(handler)}; job names must be unique in the project (they "
                 f"identify the job in the store)",
             )
-        _classified(BAD_OPTION, resolve_options, self._defaults, options, f"job {name!r}")
-        job = super().add_job(name, schedule, close_connections(handler), **options)
-        self.origins[name] = module
-        self._defined[name] = _defined_at(handler)
-        return job
+        return close_connections(handler)
 
     def _task_handler(
         self,
         name: str,
         handler: Handler | None,
-        task: EnqueueableTask | None,
-        task_args: Sequence[Any],
-        task_kwargs: Mapping[str, Any] | None,
-        *,
-        depth: int,
+        task: EnqueueableTask | None = None,
+        task_args: Sequence[Any] = (),
+        task_kwargs: Mapping[str, Any] | None = None,
+        **_: Any,
     ) -> Handler:
         """The handler that enqueues ``task`` (see :mod:`anarchon_django.tasks`).
 
-        Its ``__module__`` is that of the frame ``depth`` levels up from here (the code
-        that called ``every()``/``cron()``/``add_job()``): the module defining the job,
-        as the checks report it, not the task's.
+        Its ``__module__`` is that of the code that called ``every()``/``cron()``/
+        ``add_job()``: the module defining the job, as the checks report it.
         """
         if handler is not None and task is not None:
             raise JobDefinitionError(
@@ -175,195 +165,153 @@ class DjangoScheduler(Scheduler):
             raise JobDefinitionError(
                 BAD_OPTION,
                 f"job {name!r}: task_args and task_kwargs need task=: give the task they "
-                f"are passed to"
-                if task_args or task_kwargs is not None
-                else f"job {name!r}: give a handler (a function taking ctx) or task=",
+                f"are passed to",
             )
         try:
             made = enqueue_handler(task, args=task_args, kwargs=task_kwargs, name=name)
         except ConfigurationError as exc:
             raise JobDefinitionError(BAD_OPTION, str(exc)) from None
-        caller = sys._getframe(depth).f_globals.get("__name__")
-        if caller:
-            made.__module__ = str(caller)
+        made.__module__ = _caller_module()
         return made
 
-    @overload
-    def every(
-        self,
-        name: str,
-        interval: str | dt.timedelta,
-        handler: None = None,
-        *,
-        offset: str | dt.timedelta | None = None,
-        task: None = None,
-        **options: Any,
-    ) -> Callable[[H], H]: ...
-    @overload
-    def every(
-        self,
-        name: str,
-        interval: str | dt.timedelta,
-        handler: H,
-        *,
-        offset: str | dt.timedelta | None = None,
-        **options: Any,
-    ) -> Job: ...
-    @overload
-    def every(
-        self,
-        name: str,
-        interval: str | dt.timedelta,
-        handler: None = None,
-        *,
-        offset: str | dt.timedelta | None = None,
-        task: EnqueueableTask,
-        task_args: Sequence[Any] = (),
-        task_kwargs: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Job: ...
-
-    def every(
-        self,
-        name: str,
-        interval: str | dt.timedelta,
-        handler: Handler | None = None,
-        *,
-        offset: str | dt.timedelta | None = None,
-        task: EnqueueableTask | None = None,
-        task_args: Sequence[Any] = (),
-        task_kwargs: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Job | Callable[[H], H]:
-        """As :meth:`Scheduler.every`; ``task=`` (a ``django.tasks`` task) enqueues it per slot."""
-        _classified(BAD_JOB_NAME, validate_job_name, name)
-        _classified(BAD_DURATION, Every, interval, offset)
-        atomic = _transactional_option(options, name)
-        _classified(BAD_OPTION, resolve_options, self._defaults, options, f"job {name!r}")
-        if task is not None or task_args or task_kwargs is not None:
-            handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
-        if handler is None:
-            decorator: Callable[[H], H] = super().every(name, interval, offset=offset, **options)
-            return self._transactional_decorator(name, decorator) if atomic else decorator
-        if atomic:
-            handler = self._transactional(name, handler)
-        job: Job = super().every(name, interval, handler, offset=offset, **options)
-        return job
-
-    @overload
-    def cron(
-        self,
-        name: str,
-        expression: str,
-        handler: None = None,
-        *,
-        tz: str | None = None,
-        day_or: bool = True,
-        task: None = None,
-        **options: Any,
-    ) -> Callable[[H], H]: ...
-    @overload
-    def cron(
-        self,
-        name: str,
-        expression: str,
-        handler: H,
-        *,
-        tz: str | None = None,
-        day_or: bool = True,
-        **options: Any,
-    ) -> Job: ...
-    @overload
-    def cron(
-        self,
-        name: str,
-        expression: str,
-        handler: None = None,
-        *,
-        tz: str | None = None,
-        day_or: bool = True,
-        task: EnqueueableTask,
-        task_args: Sequence[Any] = (),
-        task_kwargs: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Job: ...
-
-    def cron(
-        self,
-        name: str,
-        expression: str,
-        handler: Handler | None = None,
-        *,
-        tz: str | None = None,
-        day_or: bool = True,
-        task: EnqueueableTask | None = None,
-        task_args: Sequence[Any] = (),
-        task_kwargs: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Job | Callable[[H], H]:
-        """As :meth:`Scheduler.cron`; without ``tz`` the zone is UTC (never ``TIME_ZONE``).
-
-        ``task=`` (a ``django.tasks`` task) defines a job that enqueues it once per slot.
-        """
-        _classified(BAD_JOB_NAME, validate_job_name, name)
-        zone = "UTC" if tz is None else tz
-        _classified(BAD_ZONE, Cron, "* * * * *", zone)
-        _classified(BAD_CRON, Cron, expression, "UTC", day_or=day_or)
-        atomic = _transactional_option(options, name)
-        _classified(BAD_OPTION, resolve_options, self._defaults, options, f"job {name!r}")
-        if task is not None or task_args or task_kwargs is not None:
-            handler = self._task_handler(name, handler, task, task_args, task_kwargs, depth=2)
-        if tz is None and name not in self.default_zone_jobs:
-            self.default_zone_jobs.append(name)
-        if handler is None:
-            decorator: Callable[[H], H] = super().cron(
-                name, expression, tz=zone, day_or=day_or, **options
-            )
-            return self._transactional_decorator(name, decorator) if atomic else decorator
-        if atomic:
-            handler = self._transactional(name, handler)
-        job: Job = super().cron(name, expression, handler, tz=zone, day_or=day_or, **options)
-        return job
-
-    def _transactional(self, name: str, handler: Handler) -> Handler:
-        """``handler`` committing with its outcome, on the ORM store's alias (checked now)."""
-        if _is_async(handler):
+    def _transactional_alias(self, name: str, handler: Handler | None) -> str:
+        """The ORM store's alias that ``transactional=True`` commits on (checked now)."""
+        if handler is not None and _is_async(handler):
             raise JobDefinitionError(
                 BAD_OPTION,
                 f"job {name!r}: transactional=True needs a sync handler (def, not async def): "
                 f"Django's transaction.atomic does not span await",
             )
         try:
-            alias = store_alias(self._backend_url, name)
+            return store_alias(self._backend_url, name)
         except ConfigurationError as exc:
             raise JobDefinitionError(BAD_OPTION, str(exc)) from None
-        return transactional(handler, alias)
 
-    def _transactional_decorator(self, name: str, decorator: Callable[[H], H]) -> Callable[[H], H]:
-        def decorate(fn: H) -> H:
-            decorator(self._transactional(name, fn))  # type: ignore[arg-type]
-            return fn
+    if TYPE_CHECKING:  # the core's signatures, plus the forms that take a task
 
-        return decorate
+        @overload
+        def every(
+            self,
+            name: str,
+            interval: str | dt.timedelta,
+            handler: None = None,
+            *,
+            offset: str | dt.timedelta | None = None,
+            task: None = None,
+            **options: Any,
+        ) -> Callable[[H], H]: ...
+        @overload
+        def every(
+            self,
+            name: str,
+            interval: str | dt.timedelta,
+            handler: H,
+            *,
+            offset: str | dt.timedelta | None = None,
+            **options: Any,
+        ) -> Job: ...
+        @overload
+        def every(
+            self,
+            name: str,
+            interval: str | dt.timedelta,
+            handler: None = None,
+            *,
+            offset: str | dt.timedelta | None = None,
+            task: EnqueueableTask,
+            task_args: Sequence[Any] = (),
+            task_kwargs: Mapping[str, Any] | None = None,
+            **options: Any,
+        ) -> Job: ...
+        def every(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    @overload
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: None = None,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        task: None = None,
+        **options: Any,
+    ) -> Callable[[H], H]: ...
+    @overload
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: H,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        **options: Any,
+    ) -> Job: ...
+    @overload
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: None = None,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        task: EnqueueableTask,
+        task_args: Sequence[Any] = (),
+        task_kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Job: ...
+
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        handler: Handler | None = None,
+        *,
+        tz: str | None = None,
+        day_or: bool = True,
+        **options: Any,
+    ) -> Job | Callable[[H], H]:
+        """As :meth:`Scheduler.cron`; without ``tz`` the zone is UTC (never ``TIME_ZONE``).
+
+        ``task=`` (a ``django.tasks`` task) defines a job that enqueues it once per slot.
+        """
+        made = super().cron(name, expression, handler, tz=tz or "UTC", day_or=day_or, **options)
+        if tz is None and name not in self.default_zone_jobs:
+            self.default_zone_jobs.append(name)
+        return made
 
 
-def _transactional_option(options: dict[str, Any], name: str) -> bool:
-    """Take ``transactional`` out of the job's options (the core does not know it)."""
-    value = options.pop("transactional", False)
-    if not isinstance(value, bool):
-        raise JobDefinitionError(
-            BAD_OPTION, f"job {name!r}: transactional = {value!r} is not valid: give True or False"
-        )
-    return value
+CHECK_IDS = {
+    "job name": BAD_JOB_NAME,
+    "duration": BAD_DURATION,
+    "cron": BAD_CRON,
+    "zone": BAD_ZONE,
+    "option": BAD_OPTION,
+}
 
 
-def _classified(check_id: str, validate: Callable[..., object], *args: Any, **kw: Any) -> None:
-    try:
-        validate(*args, **kw)
-    except JobDefinitionError:
-        raise
-    except ConfigurationError as exc:
-        raise JobDefinitionError(check_id, str(exc)) from None
+def check_id(exc: ConfigurationError) -> str | None:
+    """The system check that reports a refused job definition, if it is one."""
+    if isinstance(exc, JobDefinitionError):
+        return exc.check_id
+    return CHECK_IDS.get(exc.subject or "")
+
+
+def _module_of(handler: object) -> str:
+    return str(getattr(handler, "__module__", None) or "?")
+
+
+def _caller_module() -> str:
+    """The module of the innermost frame outside anarchon: the one defining the job."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if not module.startswith(("anarchon_core.", "anarchon_django.")):
+            return module
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?"
 
 
 # -- database connections around each run ------------------------------------------------

@@ -15,8 +15,10 @@ from collections.abc import Iterable
 from django.apps import AppConfig, apps
 from django.utils.module_loading import module_has_submodule
 
+from anarchon_core.errors import ConfigurationError
+
 from . import checks
-from ._scheduler import JobDefinitionError, current_settings
+from ._scheduler import check_id, current_settings
 from .conf import Problem
 
 __all__ = ["AnarchonConfig", "discover"]
@@ -48,22 +50,28 @@ def discover(modules: Iterable[str]) -> list[Problem]:
     for name in modules:
         try:
             importlib.import_module(name)
-        except JobDefinitionError as exc:
-            problems.append(
-                Problem(exc.check_id, f"{_where(name, exc)}: {exc}", "fix the job definition")
-            )
-        except Exception as exc:
-            text = " ".join(str(exc).split())
-            problems.append(
-                Problem(
-                    "anarchon.E010",
-                    f"importing the jobs module {name!r} failed at {_where(name, exc)}: "
-                    f"{type(exc).__name__}: {text}",
-                    "the module must import without errors; run "
-                    f"'python -c \"import {name}\"' to see the traceback",
+        except ConfigurationError as exc:
+            code = check_id(exc)
+            if code is None:
+                problems.append(_import_failed(name, exc))
+            else:
+                problems.append(
+                    Problem(code, f"{_where(name, exc)}: {exc}", "fix the job definition")
                 )
-            )
+        except Exception as exc:
+            problems.append(_import_failed(name, exc))
     return problems
+
+
+def _import_failed(name: str, exc: BaseException) -> Problem:
+    text = " ".join(str(exc).split())
+    return Problem(
+        "anarchon.E010",
+        f"importing the jobs module {name!r} failed at {_where(name, exc)}: "
+        f"{type(exc).__name__}: {text}",
+        "the module must import without errors; run "
+        f"'python -c \"import {name}\"' to see the traceback",
+    )
 
 
 def _where(module: str, exc: BaseException) -> str:
