@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-django lint typecheck bench bench-servers clean
+.PHONY: demo test test-django lint typecheck bench bench-servers docs clean
 
 DEMO_STAMP := $(VENV)/.demo-installed
 
@@ -53,6 +53,11 @@ bench: $(STAMP)
 
 bench-servers: $(STAMP)
 	$(BIN)/python -m benchmarks servers
+
+# The documentation site, built strictly (as tests/test_docs_site.py does in `make test`)
+# into .venv/site: open .venv/site/index.html.
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict --site-dir $(VENV)/site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
