@@ -599,3 +599,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(
         seconds=args.seconds, instances=args.instances, backend=args.backend, keep=args.keep
     )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
