@@ -17,13 +17,14 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 from celery_alias_dist import write_alias_dist
+from processes import wait_until
 
 import anarchon_celery
 from anarchon_celery import job_name
@@ -49,14 +50,6 @@ def now_ms() -> int:
 
 def sleep_until(ms: int) -> None:
     time.sleep(max(0.0, (ms - now_ms()) / 1000))
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def next_second(lead_ms: int = 1000) -> int:
@@ -182,7 +175,7 @@ class CeleryCluster:
         return self.logs[name].read_text(errors="replace")
 
     def wait_started(self, names: list[str], timeout: float = 30) -> None:
-        wait_for(
+        wait_until(
             lambda: all("anarchon started" in self.log(n) for n in names),
             timeout,
             f"{', '.join(names)} to start",
@@ -195,7 +188,7 @@ class CeleryCluster:
         return {(str(r["job"]), int(r["slot"])) for r in self.rows()}
 
     def wait_executed(self, wanted: set[Run], timeout: float = 15) -> list[dict[str, Any]]:
-        wait_for(lambda: wanted <= self.executed(), timeout, "the worker to run every slot")
+        wait_until(lambda: wanted <= self.executed(), timeout, "the worker to run every slot")
         time.sleep(1.0)  # a duplicate would arrive right behind
         return self.rows()
 

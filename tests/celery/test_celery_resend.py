@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from celery_cluster import EVERY_TWENTY, celery_cluster, check_exactly_once, wait_for
+from celery_cluster import EVERY_TWENTY, celery_cluster, check_exactly_once, wait_until
 from services import require_tcp
 
 import anarchon_celery
@@ -29,14 +29,14 @@ def test_a_takeover_resends_with_the_same_task_id(tmp_path: Path) -> None:
         victim = c.beat("victim", env={"ANARCHON_TEST_STALL_AFTER_PUBLISH": EVERY_TWENTY})
         c.wait_started(["victim"])
         stalled = re.compile(r"published (\d+); stalling")
-        wait_for(lambda: stalled.search(c.log("victim")) is not None, 30, "the victim's send")
+        wait_until(lambda: stalled.search(c.log("victim")) is not None, 30, "the victim's send")
         match = stalled.search(c.log("victim"))
         assert match is not None
         slot = int(match.group(1))
         victim.send_signal(signal.SIGKILL)  # published, never recorded
         c.beat("backup")
         run = (EVERY_TWENTY, slot)
-        wait_for(lambda: len([r for r in c.rows() if (r["job"], r["slot"]) == run]) >= 2, 25,
+        wait_until(lambda: len([r for r in c.rows() if (r["job"], r["slot"]) == run]) >= 2, 25,
                  "the takeover's re-send")  # fmt: skip
         verdict = check_exactly_once(c.wait_executed({run}), {run})
         backup_sends = c.sends("backup")

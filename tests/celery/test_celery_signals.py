@@ -28,7 +28,7 @@ from celery_cluster import (
     next_second,
     sleep_until,
     task_ids,
-    wait_for,
+    wait_until,
 )
 from registry import CLAIM_ONLY_URLS, load_store_modules
 from services import require_tcp
@@ -202,7 +202,7 @@ def test_sigterm_with_a_send_in_flight_exits_after_the_grace_period(
         # The first send hangs the sender thread: the every-second entry's, or the
         # each-minute one's when the beat started just before a minute boundary.
         sending = ("sending every second (", "sending each-minute (")
-        wait_for(lambda: any(s in c.log("beat") for s in sending), 10, "a send to start")
+        wait_until(lambda: any(s in c.log("beat") for s in sending), 10, "a send to start")
         time.sleep(0.2)  # the send hangs on the silent broker
         began = time.monotonic()
         beat.send_signal(signal.SIGTERM)

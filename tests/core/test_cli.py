@@ -16,11 +16,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from processes import wait_until
 
 from anarchon_core.backend import ClaimRequest, Lease
 from anarchon_core.backends import backend_from_url
@@ -97,14 +97,6 @@ def read_history(url: str, query: HistoryQuery | None = None) -> list[RunRecord]
             await backend.close()
 
     return asyncio.run(go())
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 # -- jobs -------------------------------------------------------------------------
@@ -238,7 +230,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Ran:
             cwd=cwd, env=env(), stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        wait_for(ready, 15, "quick runs and a running stubborn handler")
+        wait_until(ready, 15, "quick runs and a running stubborn handler")
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=15)
@@ -486,7 +478,7 @@ def test_health_is_a_liveness_probe_for_a_scheduler(tmp_path: Path) -> None:
         cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(
+        wait_until(
             lambda: cli("health", "probe:scheduler", cwd=tmp_path).returncode == 0,
             15,
             "the instance to register",
@@ -580,9 +572,9 @@ def test_a_second_signal_hands_the_running_runs_over_at_once(tmp_path: Path) -> 
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        wait_for(running, 15, "a running run")
+        wait_until(running, 15, "a running run")
         proc.send_signal(signal.SIGINT)
-        wait_for(lambda: "waiting up to 60.0 s" in log_path.read_text(), 15, "the grace wait")
+        wait_until(lambda: "waiting up to 60.0 s" in log_path.read_text(), 15, "the grace wait")
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=15)

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 from chrome import free_port
+from processes import read_events, wait_until
 
 APPS = Path(__file__).with_name("apps")
 
@@ -47,10 +48,7 @@ class Server:
         return self.tmp / "events.jsonl"
 
     def events(self) -> list[dict[str, Any]]:
-        if not self.events_path.exists():
-            return []
-        lines = self.events_path.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        return read_events(self.events_path)
 
     def log(self) -> str:
         path = self.tmp / "server.log"
@@ -59,13 +57,7 @@ class Server:
     def wait_for(
         self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float, what: str
     ) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = predicate(self.events())
-            if result:
-                return result
-            time.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; log:\n{self.log()}")
+        return wait_until(lambda: predicate(self.events()), timeout, what, self.log)
 
     def ready_pids(self) -> set[int]:
         """Workers whose scheduler runs now (ready and not stopping)."""
