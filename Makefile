@@ -34,12 +34,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-django
 
-# The Django adapter's suite, once per database: a file SQLite database and PostgreSQL
-# (the local server, ANARCHON_TEST_POSTGRES_HOST/PORT/USER to change it).
+# The Django adapter's suite, once per database: a file SQLite database, PostgreSQL
+# (the local server, ANARCHON_TEST_POSTGRES_HOST/PORT/USER to change it) and MariaDB or
+# MySQL (the local server as root, ANARCHON_TEST_MYSQL_HOST/PORT/USER/PASSWORD).
 DJANGO_TEST := DJANGO_SETTINGS_MODULE=django_project.settings
 test-django: $(STAMP)
 	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=sqlite $(BIN)/python -m pytest tests/django
 	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=postgres $(BIN)/python -m pytest tests/django
+	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=mysql $(BIN)/python -m pytest tests/django
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -106,6 +106,9 @@ class Capabilities:
     """Expiry and the claim horizon are judged by the store's own clock."""
     finish: bool
     """The outcome of a run (success/failed) can be written after the claim."""
+    finish_in_transaction: bool = False
+    """:meth:`Backend.finish_in_transaction`: the outcome can commit inside the caller's
+    own transaction on the store's database (the Django ORM's ``transactional=True``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +388,22 @@ class Backend(ABC):
         and status returns ``True``.
         """
         raise self._no_lease("finish")
+
+    def finish_in_transaction(
+        self, conn: Any, lease: Lease, status: Status, *, meta: dict[str, Any] | None = None
+    ) -> bool:
+        """:meth:`finish`, sent on ``conn``: the caller's own driver connection to the
+        store's database (``sqlite3``, psycopg), inside the transaction it holds open.
+
+        The outcome then commits or rolls back with the caller's writes: a handler's
+        writes and its run's outcome become one (the Django ORM's ``transactional=True``).
+        Fenced as :meth:`finish` is: ``False`` if ``lease`` no longer holds the run.
+        Synchronous, on the caller's thread; only when ``capabilities.finish_in_transaction``.
+        """
+        raise CapabilityError(
+            f"{self.describe()} cannot finish a run inside the caller's transaction: "
+            "use a SQL store (sqlite://, postgresql://, django://) for it"
+        )
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
         """:meth:`finish` for several attempts in one store request, answers in order.

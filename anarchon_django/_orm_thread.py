@@ -32,18 +32,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, Generic, TypeVar, cast
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from anarchon_core.backends.supply import ConnectionSupply
 from anarchon_core.errors import BackendError, BackendUnavailable
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "driver_supply", "sqlite_supply"]
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 logger = logging.getLogger("anarchon.backends.django")
 
@@ -93,6 +96,49 @@ class Worker:
 
     def _close_connection(self) -> None:
         _drop(connections[self.alias])
+
+
+class _Supply(Generic[C]):
+    """The worker's connection as a core store's :class:`ConnectionSupply`: the store's
+    operations get the driver connection (``raw``), checked through Django first."""
+
+    def __init__(
+        self, worker: Worker, raw: Callable[[BaseDatabaseWrapper, Callable[[C], Any]], Any]
+    ) -> None:
+        self._worker, self._raw = worker, raw
+
+    @property
+    def executor(self) -> Executor:
+        return self._worker.executor
+
+    def describe(self) -> str:
+        return self._worker.describe
+
+    def run(self, op: Callable[[C], T]) -> T:
+        return cast(T, self._worker.run(lambda conn: self._raw(conn, op)))
+
+
+def _on_sqlite(conn: BaseDatabaseWrapper, op: Callable[[sqlite3.Connection], T]) -> T:
+    """``sqlite3`` errors reach the core's decisions as they are: they retry busy answers."""
+    if conn.connection is None:  # pragma: no cover - the check has just connected
+        conn.ensure_connection()
+    return op(cast(sqlite3.Connection, conn.connection))
+
+
+def _on_driver(conn: BaseDatabaseWrapper, op: Callable[[Any], T]) -> T:
+    """Driver errors become Django's, so that a dead connection is found and replaced."""
+    with conn.wrap_database_errors:
+        return op(conn.connection)
+
+
+def sqlite_supply(worker: Worker) -> ConnectionSupply[sqlite3.Connection]:
+    """The worker's ``sqlite3`` connection (Django's settings, ``init_command`` and all)."""
+    return _Supply(worker, _on_sqlite)
+
+
+def driver_supply(worker: Worker) -> ConnectionSupply[Any]:
+    """The worker's driver connection (psycopg, MySQLdb)."""
+    return _Supply(worker, _on_driver)
 
 
 def _check(conn: BaseDatabaseWrapper, describe: str) -> None:

@@ -128,7 +128,8 @@ class DjangoScheduler(Scheduler):
             handler = self._task_handler(name, handler, **options)
         if atomic:
             alias = self._transactional_alias(name, handler)
-            handler = None if handler is None else transactional(handler, alias)
+            store = lambda: self.backend  # noqa: E731 - the store the engine opened
+            handler = None if handler is None else transactional(handler, alias, store)
         if handler is None:
             return None
         if name in self.jobs:

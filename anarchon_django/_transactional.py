@@ -17,24 +17,16 @@ records the failure as usual (and retries it if ``retries`` allow). Sync handler
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from anarchon_core.backend import Lease, wall_clock_ms
-from anarchon_core.backends.sqlite import _decisions as sqlite_decisions
+from anarchon_core.backend import Backend
 from anarchon_core.context import RunContext, bounded_meta
 from anarchon_core.errors import ConfigurationError, RunCancelled
 from anarchon_core.records import Status
 
-if TYPE_CHECKING:  # psycopg renders them: imported only where PostgreSQL is used
-    from anarchon_core.backends.postgres._sql import Statements
-
 __all__ = ["AttemptFenced", "store_alias", "transactional"]
-
-_statements: dict[str, Statements] = {}
-_statements_lock = threading.Lock()
 
 
 class AttemptFenced(RunCancelled):
@@ -53,68 +45,35 @@ def store_alias(backend_url: str, job: str) -> str:
     return parts.netloc or "default"
 
 
-def transactional(handler: Callable[[RunContext], Any], alias: str) -> Callable[[RunContext], Any]:
-    """Wrap a sync handler: its writes on ``alias`` and its outcome commit as one."""
+def transactional(
+    handler: Callable[[RunContext], Any], alias: str, store: Callable[[], Backend]
+) -> Callable[[RunContext], Any]:
+    """Wrap a sync handler: its writes on ``alias`` and its outcome commit as one.
+
+    ``store()`` is the scheduler's (open) store, which finishes the run on the handler's
+    connection: :meth:`~anarchon_core.backend.Backend.finish_in_transaction`.
+    """
 
     @functools.wraps(handler)
     def run(ctx: RunContext) -> Any:
-        from django.db import transaction
+        from django.db import connections, transaction
 
         lease = ctx.lease
         with transaction.atomic(using=alias):
             result = handler(ctx)
-            if lease is not None and not record_success(alias, lease, ctx.meta):
-                raise AttemptFenced(
-                    f"run {ctx.job}@{ctx.slot} attempt {ctx.attempt} no longer holds its "
-                    f"lease (taken over, cancelled or handed over): its writes were rolled back"
-                )
+            if lease is not None:
+                conn = connections[alias]
+                conn.ensure_connection()
+                meta = bounded_meta(ctx.meta)
+                if not store().finish_in_transaction(
+                    conn.connection, lease, Status.SUCCESS, meta=meta
+                ):
+                    raise AttemptFenced(
+                        f"run {ctx.job}@{ctx.slot} attempt {ctx.attempt} no longer holds its "
+                        f"lease (taken over, cancelled or handed over): its writes were "
+                        f"rolled back"
+                    )
         ctx.recorded = lease is not None
         return result
 
     return run
-
-
-def record_success(alias: str, lease: Lease, meta: dict[str, Any]) -> bool:
-    """Finish ``lease`` as a success in the current transaction of ``alias``.
-
-    The same decision the store makes in :meth:`finish`, sent on the handler's
-    connection instead of the store's: False if the attempt no longer holds the run.
-    """
-    from django.db import connections
-
-    conn = connections[alias]
-    meta = bounded_meta(meta)
-    if conn.vendor == "postgresql":
-        from anarchon_core.backends.postgres._contract import finish_params, finish_verdict
-
-        with conn.cursor() as cursor:
-            cursor.execute(
-                _postgres_statements(conn).finish, finish_params(lease, Status.SUCCESS, meta=meta)
-            )
-            row = cursor.fetchone()
-        return row is not None and finish_verdict(row, Status.SUCCESS)
-    if conn.vendor == "sqlite":
-        conn.ensure_connection()
-        decide = sqlite_decisions.finish(lease, Status.SUCCESS, meta=meta)
-        return decide(conn.connection, wall_clock_ms())
-    raise ConfigurationError(
-        f"database alias {alias!r} is {conn.vendor}: the ORM store supports PostgreSQL and SQLite"
-    )
-
-
-def _postgres_statements(conn: Any) -> Statements:
-    """The store's statements for the schema of the alias's tables (looked up once)."""
-    with _statements_lock:
-        found = _statements.get(conn.alias)
-    if found is None:
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT current_schema()")
-            (schema,) = cursor.fetchone()
-        from anarchon_core.backends.postgres._sql import Statements
-
-        from ._orm_postgres import PREFIX
-
-        found = Statements(str(schema), PREFIX)
-        with _statements_lock:
-            _statements[conn.alias] = found
-    return found

@@ -6,8 +6,11 @@ it from a URL (``anarchon history --backend django://default`` with
 
 The store is the core SQL backends' layout, created by this app's migrations
 (:mod:`anarchon_django.models`), and the decisions are theirs: on SQLite the core
-SQLite backend's, under SQLite's write lock (:mod:`._orm_sqlite`); on PostgreSQL the
-core PostgreSQL backend's statements, one round trip each (:mod:`._orm_postgres`).
+SQLite backend's, under SQLite's write lock; on PostgreSQL the core PostgreSQL
+backend's statements, one round trip each (both through the core's public
+:class:`~anarchon_core.backends.supply.ConnectionSupply`); on
+MySQL/MariaDB the core SQLite backend's again, translated to MySQL and serialised by
+one store-wide row lock per batch (:mod:`anarchon_core.backends.mysql`).
 They run as raw SQL on a Django connection of their own, held by a dedicated thread
 (:mod:`._orm_thread`), in autocommit, never inside an outer ``atomic`` block: checked
 and reconnected through Django, the hot statements sent on the driver connection
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from anarchon_core.backend import (
     SCHEMA_VERSION,
@@ -34,7 +38,7 @@ from anarchon_core.backend import (
 )
 from anarchon_core.errors import BackendError, ConfigurationError, SchemaVersionError
 from anarchon_core.records import HistoryQuery, RunRecord, Status
-from anarchon_core.redact import brief
+from anarchon_core.redact import brief, redact_text
 
 from .conf import DEFAULT_ALIAS, alias_from_url
 
@@ -51,18 +55,21 @@ TABLES = (
     "anarchon_jobs",
     "anarchon_instances",
 )
-_VENDORS = ("sqlite", "postgresql")
+#: Django's vendor names of the databases the store runs on.
+_VENDORS = ("sqlite", "postgresql", "mysql")
 
 
 class DjangoBackend(Backend):
-    """A lease backend on the Django database ``alias`` (PostgreSQL or SQLite).
+    """A lease backend on the Django database ``alias`` (SQLite, PostgreSQL, MySQL/MariaDB).
 
     Construct it before or after Django is set up: the alias is checked (and Django set
     up from ``DJANGO_SETTINGS_MODULE`` if needed) when it is known, at the latest at
     :meth:`open`. Use it from one event loop, as every backend.
     """
 
-    capabilities = Capabilities(lease=True, store_clock=True, finish=True)
+    capabilities = Capabilities(
+        lease=True, store_clock=True, finish=True, finish_in_transaction=True
+    )
     name = "django"
 
     def __init__(self, alias: str = DEFAULT_ALIAS) -> None:
@@ -104,14 +111,16 @@ class DjangoBackend(Backend):
         except KeyError:  # unknown alias: open() says so
             return where
         vendor = connections[self.alias].vendor  # a wrapper object; no connection is made
-        return f"{where} ({vendor} {settings.get('NAME') or ''})".replace(" )", ")")
+        name = redact_text(str(settings.get("NAME") or ""))  # never the PASSWORD: not shown
+        return f"{where} ({vendor} {name})".replace(" )", ")")
 
     # -- life cycle --------------------------------------------------------------
     async def open(self) -> None:
         """Check the database and the migrated tables; start the backend's thread.
 
         :raises ConfigurationError: Django is not configured, the alias is unknown, the
-            database is neither PostgreSQL nor SQLite, or the tables are missing.
+            database is not one of SQLite, PostgreSQL, MySQL/MariaDB, or the tables are
+            missing.
         :raises SchemaVersionError: the store was written by a newer anarchon.
         :raises BackendUnavailable: the database cannot be reached.
         """
@@ -131,8 +140,8 @@ class DjangoBackend(Backend):
         vendor = connections[self.alias].vendor
         if vendor not in _VENDORS:
             raise ConfigurationError(
-                f"{self.describe()}: the Django ORM backend supports PostgreSQL and SQLite, "
-                f"not {vendor!r}"
+                f"{self.describe()}: the Django ORM backend supports the database vendors "
+                f"{', '.join(_VENDORS)} (SQLite, PostgreSQL, MySQL/MariaDB), not {vendor!r}"
             )
         worker = Worker(self.alias, self.describe())
         store: Backend
@@ -140,10 +149,10 @@ class DjangoBackend(Backend):
             await worker.call(_check_layout)
             if vendor == "postgresql":
                 store = _postgres_store(worker, self.describe())
+            elif vendor == "mysql":
+                store = _mysql_store(worker, settings, self.describe())
             else:
-                from ._orm_sqlite import OrmSqliteStore
-
-                store = OrmSqliteStore(worker, settings)
+                store = _sqlite_store(worker, settings)
             await store.open()
         except BaseException:
             await worker.close()
@@ -192,6 +201,13 @@ class DjangoBackend(Backend):
         return await self._open.finish(
             lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms
         )
+
+    def finish_in_transaction(
+        self, conn: Any, lease: Lease, status: Status, *, meta: dict[str, Any] | None = None
+    ) -> bool:
+        """The vendor store's fenced finish on ``conn``, a driver connection to the same
+        database (``transactional=True``: the handler's own, inside its atomic block)."""
+        return self._open.finish_in_transaction(conn, lease, status, meta=meta)
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
         return await self._open.finish_many(requests)
@@ -243,15 +259,60 @@ class DjangoBackend(Backend):
 
 
 def _postgres_store(worker: Worker, describe: str) -> Backend:
-    """The core's statements are rendered with psycopg 3, whatever driver Django uses."""
+    """The core PostgreSQL store's statements on the worker's psycopg connection (they
+    are rendered with psycopg 3, whatever driver Django uses)."""
     try:
-        from ._orm_postgres import OrmPostgresStore
+        from anarchon_core.backends.postgres import SuppliedPostgresBackend
     except ImportError as exc:
         raise ConfigurationError(
             f"{describe}: the Django ORM backend on PostgreSQL needs psycopg 3: "
             f"pip install 'anarchon[postgres]' ({exc})"
         ) from exc
-    return OrmPostgresStore(worker)
+    from ._orm_thread import driver_supply
+
+    return SuppliedPostgresBackend(driver_supply(worker))
+
+
+#: sqlite3.connect's busy timeout, which Django keeps unless OPTIONS say otherwise.
+_SQLITE_TIMEOUT_S = 5.0
+
+
+def _sqlite_store(worker: Worker, settings: dict[str, Any]) -> Backend:
+    """The core SQLite store's decisions on the worker's ``sqlite3`` connection, under
+    SQLite's write lock; busy answers are retried within Django's ``OPTIONS["timeout"]``."""
+    from anarchon_core.backends.sqlite import SqliteBackend
+
+    from ._orm_thread import sqlite_supply
+
+    timeout = (settings.get("OPTIONS") or {}).get("timeout", _SQLITE_TIMEOUT_S)
+    return SqliteBackend(
+        str(settings.get("NAME") or "django"),
+        busy_timeout_ms=max(1, int(timeout * 1000)),
+        supply=sqlite_supply(worker),
+    )
+
+
+def _mysql_store(worker: Worker, settings: dict[str, Any], describe: str) -> Backend:
+    """The core SQLite store's decisions, translated to MySQL, on the worker's MySQLdb
+    connection (Django's MySQL driver)."""
+    try:
+        from anarchon_core.backends.mysql import SuppliedMysqlBackend
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{describe}: the Django ORM backend on MySQL/MariaDB needs mysqlclient: "
+            f"pip install 'anarchon[mysql]' ({exc})"
+        ) from exc
+    from ._orm_thread import driver_supply
+
+    return SuppliedMysqlBackend(driver_supply(worker), secrets=_secret_urls(settings))
+
+
+def _secret_urls(settings: dict[str, Any]) -> list[str]:
+    """The settings' passwords as URLs, the form :func:`redact_text` scrubs secrets of."""
+    options = settings.get("OPTIONS") or {}
+    user = quote(str(settings.get("USER") or "user"), safe="")
+    passwords = [settings.get("PASSWORD"), options.get("password"), options.get("passwd")]
+    return [f"mysql://{user}:{quote(str(p), safe='')}@db/" for p in passwords if p]
 
 
 # -- Django set-up ---------------------------------------------------------------------
@@ -304,14 +365,22 @@ def _check_layout(conn: Any) -> None:
             f"django://{conn.alias}: the anarchon tables {', '.join(missing)} do not exist: "
             f"run 'manage.py migrate anarchon_django'"
         )
+    key = conn.ops.quote_name("key")  # a reserved word on MySQL
+    if conn.vendor == "mysql":
+        record = (
+            f"INSERT INTO anarchon_meta ({key}, value) VALUES ('schema_version', %s) "
+            f"ON DUPLICATE KEY UPDATE id = id"
+        )
+    else:
+        record = (
+            "INSERT INTO anarchon_meta (key, value) VALUES ('schema_version', %s) "
+            "ON CONFLICT (key) DO NOTHING"
+        )
     with conn.cursor() as cur:
         # Recorded once by the first open (a flush of the tables forgets it: set again).
-        cur.execute(
-            "INSERT INTO anarchon_meta (key, value) VALUES ('schema_version', %s) "
-            "ON CONFLICT (key) DO NOTHING",
-            [str(SCHEMA_VERSION)],
-        )
-        cur.execute("SELECT value FROM anarchon_meta WHERE key = 'schema_version'")
+        # On MySQL the row is also the store's lock (see anarchon_core.backends.mysql).
+        cur.execute(record, [str(SCHEMA_VERSION)])
+        cur.execute(f"SELECT value FROM anarchon_meta WHERE {key} = 'schema_version'")
         row = cur.fetchone()
     try:
         version = int(row[0])

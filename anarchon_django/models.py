@@ -10,19 +10,69 @@ unique constraints, which is all its ``ON CONFLICT`` clauses need.
 Times are epoch-millisecond integers of the database's clock, never ``DateTimeField``:
 leases are compared inside SQL, and a number compares the same on every database.
 The models are for reading (the admin, reports); the backend alone writes them.
+
+The columns that name a run, a job, an instance or a lease (job names, tokens, instance
+ids, the run's state) are :class:`KeyField`: ``text`` on SQLite and PostgreSQL as any
+``TextField``, and on MySQL/MariaDB a binary-collated ``VARCHAR`` that InnoDB can index
+and that compares byte for byte, as the core's keys compare everywhere.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q, Value
 
 from anarchon_core.records import Origin, Status
 
-__all__ = ["HistoryRecord", "Instance", "Job", "Run", "StoreMeta"]
+__all__ = ["HistoryRecord", "Instance", "Job", "KeyField", "Run", "StoreMeta"]
 
 _STATUSES = [(status.value, status.value) for status in Status]
 _ORIGINS = [(origin.value, origin.value) for origin in Origin]
+
+if TYPE_CHECKING:
+    _TextField = models.TextField[Any, Any]
+else:  # Django's fields are generic in django-stubs only
+    _TextField = models.TextField
+
+
+class KeyField(_TextField):
+    """A key text column: ``TextField`` on SQLite/PostgreSQL, exact ``VARCHAR`` on MySQL.
+
+    On SQLite and PostgreSQL it is ``TextField`` to the byte (the same ``text`` column,
+    no collation of its own; migration 0003 gives PostgreSQL's key columns ``"C"``), so
+    their layouts do not change. MySQL/MariaDB need two things there:
+
+    - an index on a ``TEXT`` column needs a prefix length, and a key of
+      ``(job, slot)`` must be the whole name: the column is ``VARCHAR(255)`` (names
+      and instance ids have at most 200 characters; 255 utf8mb4 characters are 1,020
+      bytes, so the widest key, ``(state, job)``, stays within InnoDB's 3,072);
+    - the default collations compare case-insensitively and ignore trailing spaces, so
+      jobs ``Report`` and ``report`` would be one run: the column's collation is binary
+      and NO PAD (``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on MySQL 8),
+      so names and tokens compare exactly, as in the core's stores.
+    """
+
+    #: Characters of the ``VARCHAR`` on MySQL/MariaDB.
+    MYSQL_LENGTH = 255
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
+        if connection.vendor == "mysql":
+            return f"varchar({self.MYSQL_LENGTH})"
+        return super().db_type(connection)
+
+    def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        params: dict[str, Any] = dict(super().db_parameters(connection))
+        if connection.vendor == "mysql":
+            params["collation"] = exact_collation(connection)
+        return params
+
+
+def exact_collation(connection: Any) -> str:
+    """The binary NO PAD utf8mb4 collation of the MySQL/MariaDB server of ``connection``."""
+    return "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
 
 
 class Run(models.Model):
@@ -33,14 +83,14 @@ class Run(models.Model):
     """
 
     id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
-    job: models.TextField[str, str] = models.TextField()
+    job: models.TextField[str, str] = KeyField()
     slot: models.BigIntegerField[int, int] = models.BigIntegerField(
         help_text="the scheduled time, epoch ms"
     )
     origin: models.TextField[str, str] = models.TextField(choices=_ORIGINS)
-    state: models.TextField[str, str] = models.TextField()
+    state: models.TextField[str, str] = KeyField()
     attempt: models.IntegerField[int, int] = models.IntegerField()
-    token: models.TextField[str | None, str | None] = models.TextField(null=True, blank=True)
+    token: models.TextField[str | None, str | None] = KeyField(null=True, blank=True)
     lease_expires: models.BigIntegerField[int, int] = models.BigIntegerField(
         default=0, db_default=0
     )
@@ -75,7 +125,7 @@ class HistoryRecord(models.Model):
     """One attempt of a run (attempt 0: a slot that ran nothing, e.g. ``skipped``)."""
 
     id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
-    job: models.TextField[str, str] = models.TextField()
+    job: models.TextField[str, str] = KeyField()
     slot: models.BigIntegerField[int, int] = models.BigIntegerField(
         help_text="the scheduled time, epoch ms"
     )
@@ -124,7 +174,7 @@ class Job(models.Model):
     """A job's flags shared by every instance: whether it is paused."""
 
     id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
-    job: models.TextField[str, str] = models.TextField()
+    job: models.TextField[str, str] = KeyField()
     paused: models.BooleanField[bool, bool] = models.BooleanField(default=False, db_default=False)
 
     class Meta:
@@ -139,7 +189,7 @@ class Instance(models.Model):
     """The instance registry: ``info`` is an ``InstanceInfo`` as JSON; expired rows are dead."""
 
     id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
-    instance_id: models.TextField[str, str] = models.TextField()
+    instance_id: models.TextField[str, str] = KeyField()
     info = models.JSONField()
     last_seen: models.BigIntegerField[int, int] = models.BigIntegerField(
         help_text="epoch ms, the store's clock"
@@ -162,7 +212,7 @@ class StoreMeta(models.Model):
     """Facts about the store itself: its ``schema_version`` (a newer one is refused)."""
 
     id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
-    key: models.TextField[str, str] = models.TextField()
+    key: models.TextField[str, str] = KeyField()
     value: models.TextField[str, str] = models.TextField()
 
     class Meta:

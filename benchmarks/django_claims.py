@@ -1,9 +1,10 @@
 """Claims per second and claim latency: the Django ORM backend, the core backend, raw SQL.
 
-One process, one run, per database (``--db sqlite``, ``postgres`` or ``both``): Django is
-configured here (``settings.configure``, ``INSTALLED_APPS = ["anarchon_django"]``) on a
-throwaway SQLite file and on a fresh PostgreSQL database, and ``migrate`` creates the
-tables. In the same run, interleaved every ``--chunk`` claims in rotating order:
+One process, one run, per database (``--db sqlite``, ``postgres``, ``mysql``, ``both``:
+SQLite and PostgreSQL, or ``all``): Django is configured here (``settings.configure``,
+``INSTALLED_APPS = ["anarchon_django"]``) on a throwaway SQLite file, a fresh PostgreSQL
+database and a fresh MariaDB/MySQL database, and ``migrate`` creates the tables. In the
+same run, interleaved every ``--chunk`` claims in rotating order:
 
 * ``django backend``: ``DjangoBackend.claim`` (``django://ALIAS``), ``skip_overlap=True``,
   Django's default settings (on PostgreSQL the backend binds its statements server-side
@@ -13,13 +14,14 @@ tables. In the same run, interleaved every ``--chunk`` claims in rotating order:
   database with ``OPTIONS = {"prepare_threshold": 5}`` (the statements prepared after
   5 executions, as the core backend's);
 * ``core backend``: ``SqliteBackend`` (a file beside Django's) / ``PostgresBackend`` (a
-  schema of the same database, a pool of one connection);
-* ``raw, thread``: ``INSERT … ON CONFLICT (job, slot) DO NOTHING`` with the row count,
-  on a plain driver connection (``sqlite3`` / sync ``psycopg``) held by one worker
-  thread and called through ``run_in_executor``, as the Django backend runs its SQL;
-* ``raw, inline``: the same statement without the thread hop (``sqlite3`` called on
-  the event loop's thread / the core backend's ``AsyncConnection``, as in
-  ``benchmarks.postgres_claims``).
+  schema of the same database, a pool of one connection); MySQL has none;
+* ``raw, thread``: ``INSERT … ON CONFLICT (job, slot) DO NOTHING`` (MySQL: ``INSERT
+  IGNORE``) with the row count, on a plain driver connection (``sqlite3`` / sync
+  ``psycopg`` / ``MySQLdb``) held by one worker thread and called through
+  ``run_in_executor``, as the Django backend runs its SQL;
+* ``raw, inline``: the same statement without the thread hop (``sqlite3`` or
+  ``MySQLdb`` called on the event loop's thread / the core backend's
+  ``AsyncConnection``, as in ``benchmarks.postgres_claims``).
 
 Every variant claims its own jobs; a warm-up gives each job its run row, and the runs
 are finished (untimed) before each repeat's wins, as in ``benchmarks.postgres_claims``.
@@ -28,8 +30,9 @@ path (the same runs with other tokens: must answer taken). The ratio to a raw va
 is the time per claim per repeat, reported as median (min-max, n).
 
 Run alone: ``python -m benchmarks.django_claims [--db both --n 1000 --repeats 7]``; the
-PostgreSQL server is ``$ANARCHON_BENCH_POSTGRES`` (else the test server), where a
-database ``anarchon_bench_…`` is created and dropped.
+PostgreSQL server is ``$ANARCHON_BENCH_POSTGRES`` (else the test server) and the MySQL
+one ``--mysql-url`` / ``$ANARCHON_BENCH_MYSQL`` (else ``mysql://root@127.0.0.1:3306``),
+where a database ``anarchon_bench_…`` is created and dropped.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import secrets
 import sqlite3
 import statistics
@@ -48,6 +52,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 from psycopg import sql
@@ -324,6 +329,153 @@ async def bench_postgres(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+# -- MySQL/MariaDB -----------------------------------------------------------------------
+DEFAULT_MYSQL = os.environ.get("ANARCHON_BENCH_MYSQL", "mysql://root@127.0.0.1:3306")
+#: The raw table, keyed as the ORM store's runs: (job, slot), job binary-collated.
+MYSQL_RAW_SCHEMA = """
+CREATE TABLE raw_runs (
+    job           varchar(255) COLLATE utf8mb4_nopad_bin NOT NULL,
+    slot          bigint       NOT NULL,
+    token         varchar(255) NOT NULL,
+    instance_id   varchar(255) NOT NULL,
+    lease_expires bigint       NOT NULL,
+    PRIMARY KEY (job, slot)
+)
+"""
+MYSQL_RAW_CLAIM = """
+INSERT IGNORE INTO raw_runs (job, slot, token, instance_id, lease_expires)
+VALUES (%s, %s, %s, %s, %s)
+"""
+
+
+def mysql_server(url: str) -> dict[str, Any]:
+    """MySQLdb's connection keywords of ``mysql://USER[:PASSWORD]@HOST[:PORT]``."""
+    parts = urlsplit(url)
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+    }
+
+
+def _mysql_connect(server: dict[str, Any], database: str | None = None) -> Any:
+    import MySQLdb
+
+    extra = {"database": database} if database else {}
+    conn = MySQLdb.connect(**server, **extra, charset="utf8mb4", autocommit=True)
+    return conn
+
+
+def mysql_create_database(server: dict[str, Any]) -> str:
+    """A fresh database on the server (its tables made by ``migrate``); its name."""
+    name = f"anarchon_bench_{secrets.token_hex(4)}"
+    conn = _mysql_connect(server)
+    try:
+        conn.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
+    return name
+
+
+def mysql_drop_database(server: dict[str, Any], name: str) -> None:
+    conn = _mysql_connect(server)
+    try:
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        conn.close()
+
+
+def mysql_settings(server: dict[str, Any], name: str) -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": name,
+        "USER": server["user"],
+        "PASSWORD": server["password"],
+        "HOST": server["host"],
+        "PORT": str(server["port"]),
+        "OPTIONS": {"charset": "utf8mb4"},
+    }
+
+
+class MysqlRaw:
+    """The raw statement on a plain MySQLdb connection (autocommit: one round trip),
+    behind one worker thread (as the Django backend) or called inline."""
+
+    def __init__(self, server: dict[str, Any], database: str, *, threaded: bool) -> None:
+        self.conn = _mysql_connect(server, database)
+        self.cursor = self.conn.cursor()
+        self.executor = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="raw-mysql") if threaded else None
+        )
+
+    def _claim(self, row: Row) -> bool:
+        job, slot, token = row
+        self.cursor.execute(MYSQL_RAW_CLAIM, (job, slot, token, "bench:1:abcdef", slot + 6_000))
+        return int(self.cursor.rowcount) == 1
+
+    async def claim(self, row: Row) -> bool:
+        if self.executor is None:
+            return self._claim(row)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._claim, row)
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+        self.conn.close()
+
+
+async def bench_mysql(
+    server: dict[str, Any], name: str, alias: str, n: int, repeats: int, chunk: int
+) -> dict[tuple[str, str], Phase]:
+    setup = _mysql_connect(server, name)
+    setup.cursor().execute(MYSQL_RAW_SCHEMA)
+    async with AsyncExitStack() as stack:
+        stack.callback(setup.close)
+        django_backend = _django(alias)
+        await django_backend.open()
+        stack.push_async_callback(django_backend.close)
+        threaded = MysqlRaw(server, name, threaded=True)
+        stack.callback(threaded.close)
+        inline = MysqlRaw(server, name, threaded=False)
+        stack.callback(inline.close)
+        call = _backend_call(django_backend)
+
+        async def django_runner(rows: Sequence[Row], win: bool) -> list[int]:
+            return await _timed(call, [_sqlite_request(r) for r in rows], win)
+
+        async def raw_thread(rows: Sequence[Row], win: bool) -> list[int]:
+            return await _timed(threaded.claim, rows, win)
+
+        async def raw_inline(rows: Sequence[Row], win: bool) -> list[int]:
+            return await _timed(inline.claim, rows, win)
+
+        async def settle() -> None:
+            setup.cursor().execute(FINISH_RUNS.format("anarchon_runs"))
+
+        runners = {DJANGO: django_runner, RAW_THREAD: raw_thread, RAW_INLINE: raw_inline}
+        base = await django_backend.now_ms() - 60_000
+        return await interleave(runners, settle, base, n, repeats, chunk)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def mysql_server_line(server: dict[str, Any], name: str) -> str:
+    conn = _mysql_connect(server, name)
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT VERSION(), @@innodb_flush_log_at_trx_commit")
+        version, flush = cursor.fetchone()
+    finally:
+        conn.close()
+    import MySQLdb
+
+    return (
+        f"MySQL/MariaDB {version} on {server['host']}:{server['port']}, "
+        f"innodb_flush_log_at_trx_commit={flush}, mysqlclient "
+        f"{'.'.join(map(str, MySQLdb.version_info[:3]))}"
+    )
+
+
 # -- reporting ---------------------------------------------------------------------------
 def _ratios(a: Phase, b: Phase) -> list[float]:
     return [x / y for x, y in zip(a.elapsed_ns, b.elapsed_ns, strict=True)]
@@ -350,6 +502,8 @@ def report(db: str, phases: dict[tuple[str, str], Phase], n: int, repeats: int) 
                     p99,
                     *(
                         _ratio_cell(_ratios(phase, phases[(b, path)]))
+                        if (b, path) in phases
+                        else "-"  # no such variant on this database (MySQL: no core store)
                         for b in (RAW_THREAD, RAW_INLINE, CORE)
                     ),
                 )
@@ -388,27 +542,40 @@ def report(db: str, phases: dict[tuple[str, str], Phase], n: int, repeats: int) 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.django_claims", description=__doc__)
-    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument(
+        "--db", choices=("sqlite", "postgres", "mysql", "both", "all"), default="both"
+    )
     parser.add_argument(
         "--url", default=DEFAULT_URL, help="a PostgreSQL URL (a scratch database is created)"
+    )
+    parser.add_argument(
+        "--mysql-url",
+        default=DEFAULT_MYSQL,
+        help="mysql://USER[:PASSWORD]@HOST[:PORT] of a MariaDB/MySQL server (a scratch "
+        "database is created)",
     )
     parser.add_argument("--n", type=int, default=1000, help="claims per variant, path and repeat")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--chunk", type=int, default=50, help="claims per turn of a variant")
     args = parser.parse_args(argv)
-    dbs = ("sqlite", "postgres") if args.db == "both" else (args.db,)
+    groups = {"both": ("sqlite", "postgres"), "all": ("sqlite", "postgres", "mysql")}
+    dbs = groups.get(args.db, (args.db,))
     import django
 
     print(f"== django claims ==\n{machine()}\nDjango {django.get_version()}")
     with tempfile.TemporaryDirectory(prefix="anarchon-bench-") as name:
         tmp = Path(name)
         pg_url = create_database(args.url) if "postgres" in dbs else ""
+        server = mysql_server(args.mysql_url)
+        my_name = mysql_create_database(server) if "mysql" in dbs else ""
         try:
             aliases = {db: "default" if i == 0 else db for i, db in enumerate(dbs)}
-            databases = {
-                aliases[db]: sqlite_settings(tmp) if db == "sqlite" else postgres_settings(pg_url)
-                for db in dbs
+            settings_of = {
+                "sqlite": lambda: sqlite_settings(tmp),
+                "postgres": lambda: postgres_settings(pg_url),
+                "mysql": lambda: mysql_settings(server, my_name),
             }
+            databases = {aliases[db]: settings_of[db]() for db in dbs}
             if pg_url:
                 prepared = {**postgres_settings(pg_url), "OPTIONS": PREPARED}
                 databases[aliases["postgres"] + "_prepared"] = prepared
@@ -419,6 +586,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                     print(f"SQLite files on {filesystem(str(tmp))}, WAL, synchronous=NORMAL")
                     phases = asyncio.run(
                         bench_sqlite(tmp, aliases[db], args.n, args.repeats, args.chunk)
+                    )
+                elif db == "mysql":
+                    print(mysql_server_line(server, my_name))
+                    phases = asyncio.run(
+                        bench_mysql(server, my_name, aliases[db], args.n, args.repeats, args.chunk)
                     )
                 else:
                     print(asyncio.run(server_line(pg_url)))
@@ -435,11 +607,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             print()
             print("\n".join(goal))
         finally:
-            if pg_url:
-                from django.db import connections
+            from django.db import connections
 
+            if pg_url or my_name:
                 connections.close_all()
+            if pg_url:
                 drop_database(args.url, pg_url)
+            if my_name:
+                mysql_drop_database(server, my_name)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,24 @@ def require_answer(service: str, url: str, probe: Callable[[], Awaitable[object]
     return url
 
 
+def require_mysql(host: str, port: int, user: str, password: str = "") -> None:
+    """Skip (or fail, under CI) unless the MariaDB/MySQL server at ``host:port`` lets
+    ``user`` log in; asked once per server."""
+    where = f"mysql://{user}@{host}:{port}"
+    if where not in _answered:
+        try:
+            import MySQLdb
+
+            MySQLdb.connect(
+                host=host, port=port, user=user, password=password, connect_timeout=3
+            ).close()
+            _answered[where] = ""
+        except Exception as exc:
+            _answered[where] = f"{type(exc).__name__}: {exc}"
+    if _answered[where]:
+        service_unreachable("MariaDB/MySQL", f"{where} does not answer: {_answered[where]}")
+
+
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine to completion on a private loop in a thread (safe inside a loop)."""
     result: list[T] = []

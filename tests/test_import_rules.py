@@ -11,21 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ADAPTERS = ("anarchon_django", "anarchon_celery", "anarchon_fastapi")
 
-#: Private core modules an adapter still imports, each with why. The Django ORM store
-#: runs the core's SQLite and PostgreSQL decisions on Django's connections; a public
-#: way to supply connections to those stores replaces these.
-KNOWN: dict[str, set[str]] = {
-    "anarchon_django/_orm_sqlite.py": {"anarchon_core.backends.sqlite._batch"},
-    "anarchon_django/_orm_postgres.py": {
-        "anarchon_core.backends.postgres._contract",
-        "anarchon_core.backends.postgres._sql",
-    },
-    "anarchon_django/_transactional.py": {
-        "anarchon_core.backends.postgres._contract",
-        "anarchon_core.backends.postgres._sql",
-        "anarchon_core.backends.sqlite._decisions",
-    },
-}
+#: Private core modules an adapter still imports, each with why: none. (The Django ORM
+#: store hands its connections to the core's SQL stores through the public
+#: ``anarchon_core.backends.supply.ConnectionSupply``.)
+KNOWN: dict[str, set[str]] = {}
 
 
 def private_imports(path: Path) -> set[str]:

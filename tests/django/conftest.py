@@ -1,7 +1,9 @@
 """Fixtures of the Django adapter's tests: the ORM backend on the test database.
 
 Run with ``DJANGO_SETTINGS_MODULE=django_project.settings`` and
-``ANARCHON_TEST_DJANGO_DB=sqlite|postgres``; pytest-django creates the test database.
+``ANARCHON_TEST_DJANGO_DB=sqlite|postgres|mysql``; pytest-django creates the test
+database. On ``mysql`` (MariaDB or MySQL), a server that does not answer skips the tests
+that need the database, or fails them under ``ANARCHON_REQUIRE_SERVICES=1``.
 
 As in ``tests/backends``, there is no pytest-asyncio: ``async def`` tests run on the
 ``runner`` fixture's event loop, the loop that opened the backend (the conformance
@@ -16,9 +18,26 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from services import require_mysql
 
 from anarchon_core.conformance.plugin import *  # noqa: F403  (runner, pytest_pyfunc_call)
 from anarchon_django.backend import DjangoBackend
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """pytest-django's hook before it creates the test database: on MySQL, first see
+    that the server answers (a skip with the reason, rather than an error per test)."""
+    from django.db import connections
+
+    settings = connections["default"].settings_dict
+    if connections["default"].vendor == "mysql":
+        require_mysql(
+            settings["HOST"] or "127.0.0.1",
+            int(settings["PORT"] or 3306),
+            settings["USER"],
+            settings["PASSWORD"],
+        )
 
 
 @pytest.fixture

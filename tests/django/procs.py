@@ -207,17 +207,21 @@ def cluster(
 
 def django_store_locked(job: str, slot: int) -> bool:
     """Whether another process holds what a takeover of the run needs on the ORM store:
-    SQLite's write lock, or the run's row on PostgreSQL."""
+    SQLite's write lock, the run's row on PostgreSQL, the store-wide lock (the
+    ``schema_version`` row) on MySQL/MariaDB."""
     from django.db import OperationalError, connection, transaction
 
     if connection.vendor == "sqlite":
         return sqlite_locked(connection.settings_dict["NAME"], wait_s=0.2)
+    if connection.vendor == "mysql":
+        probe = "SELECT 1 FROM anarchon_meta WHERE `key` = 'schema_version' FOR UPDATE NOWAIT"
+        params: list[object] = []
+    else:
+        probe = "SELECT 1 FROM anarchon_runs WHERE job = %s AND slot = %s FOR UPDATE NOWAIT"
+        params = [job, slot]
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT 1 FROM anarchon_runs WHERE job = %s AND slot = %s FOR UPDATE NOWAIT",
-                [job, slot],
-            )
+            cursor.execute(probe, params)
         return False
     except OperationalError:
         return True
@@ -228,7 +232,8 @@ def starts(events: list[dict[str, Any]], job: str | None = None) -> list[dict[st
 
 
 def store_url(kind: str, tmp: Path) -> str:
-    """``core``: the core's own store for this database engine; ``django``: the ORM one."""
+    """``core``: the core's own store for this database engine (a SQLite file beside
+    MySQL, which has no core store); ``django``: the ORM one."""
     if kind == "django":
         reason = django_store_skip_reason()
         if reason:

@@ -17,7 +17,7 @@ from anarchon_django import _scheduler, asgi, gunicorn
 from anarchon_django._scheduler import DjangoScheduler
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+@pytest.mark.parametrize("engine", ["sqlite", "postgres", "mysql"])
 def test_ready_and_checks_never_touch_the_database(engine: str, tmp_path: Path) -> None:
     """``manage.py check`` passes although the database does not exist."""
     name = str(tmp_path / "missing" / "db.sqlite3") if engine == "sqlite" else "anarchon_no_db"

@@ -8,6 +8,7 @@ connection (outer ``atomic`` blocks, dropped connections), the CLI through the
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import subprocess
@@ -124,6 +125,10 @@ def test_missing_tables_ask_for_migrate(transactional_db: None, runner: asyncio.
     finally:
         with connection.schema_editor() as editor:
             editor.create_model(Job)
+            # As the migrations leave it (the key columns' collation on PostgreSQL).
+            importlib.import_module("anarchon_django.migrations.0003_exact_key_collation").exact(
+                None, editor
+            )
 
 
 # -- the backend's own thread and connection -----------------------------------------------
@@ -206,6 +211,22 @@ if os.environ.get("ANARCHON_TEST_DJANGO_DB") == "postgres":
         record = HistoryRecord.objects.get(job=JOB, slot=now, attempt=1)
         assert (record.status, record.error) == (Status.INTERRUPTED, "handed over")
         assert not runner.run(backend.release(lease))  # a new call: the token holds nothing
+
+
+# MariaDB/MySQL: the server ends the backend's connection; the next call is repeated once,
+# at once, on a fresh one (collected on MySQL only, as the PostgreSQL tests above).
+if os.environ.get("ANARCHON_TEST_DJANGO_DB") == "mysql":
+
+    def test_a_killed_connection_reconnects(backend: DjangoBackend, runner: asyncio.Runner) -> None:
+        def thread_id(conn: Any) -> int:
+            return int(conn.connection.thread_id())
+
+        before = runner.run(backend._worker.call(thread_id))
+        with connection.cursor() as cur:
+            cur.execute("KILL CONNECTION %s", [before])
+        now = runner.run(backend.now_ms())  # the dead connection is replaced, once, at once
+        assert runner.run(backend.claim(claim_request(now, "t1"))).outcome == Outcome.WON
+        assert runner.run(backend._worker.call(thread_id)) != before
 
 
 def test_calls_after_close_are_refused(transactional_db: None, runner: asyncio.Runner) -> None:

@@ -2,7 +2,7 @@
 
 The test functions are those of ``anarchon_core.conformance`` (imported, as a
 third-party store imports them), with this directory's ``backend`` fixture: an open
-``DjangoBackend`` on the test database, PostgreSQL or SQLite as
+``DjangoBackend`` on the test database, SQLite, PostgreSQL or MySQL/MariaDB as
 ``ANARCHON_TEST_DJANGO_DB`` says. The tests about other stores stay in
 ``tests/backends``: the suite holds only tests of the contract.
 """

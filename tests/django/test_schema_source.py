@@ -4,8 +4,11 @@ The ORM store runs the core SQLite and PostgreSQL stores' statements on tables t
 Django's migrations create, so the two layouts must not drift. On the test database,
 the core store creates its layout beside the migrated one (another file on SQLite,
 another schema on PostgreSQL), and every table is compared column by column (type,
-nullability, default, collation) and key by key. The differences that are meant are
-listed in :data:`EXTRA_COLUMNS`, each with its reason; anything else fails.
+nullability, default, collation) and key by key. MySQL/MariaDB has no core store of its
+own: the ORM store runs the core SQLite store's statements there, so its migrated
+tables are compared with the core SQLite layout (types by SQLite's affinity; the exact
+collation of the key columns is ``test_orm_mysql``'s). The differences that are meant
+are listed in :data:`EXTRA_COLUMNS`, each with its reason; anything else fails.
 """
 
 from __future__ import annotations
@@ -151,6 +154,51 @@ def postgres_keys(cursor: Any, schema: str) -> dict[str, set[tuple[str, ...]]]:
     return keys
 
 
+# -- MySQL/MariaDB ---------------------------------------------------------------------
+MYSQL_COLUMNS = """
+SELECT table_name, column_name, data_type, is_nullable = 'YES', column_default
+FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name IN %s
+"""
+MYSQL_KEYS = """
+SELECT table_name, index_name, column_name FROM information_schema.statistics
+WHERE table_schema = DATABASE() AND table_name IN %s AND non_unique = 0
+ORDER BY table_name, index_name, seq_in_index
+"""
+#: MySQL's types by the SQLite affinity of the core's column (MariaDB's JSON is longtext).
+_MYSQL_AFFINITY = {
+    **dict.fromkeys(("varchar", "char", "text", "longtext", "mediumtext", "json"), "text"),
+    **dict.fromkeys(("bigint", "int", "smallint", "tinyint"), "integer"),
+}
+
+
+def _mysql_default(value: str | None) -> str | None:
+    if value is None or value == "NULL":  # MariaDB shows a NULL default as the word
+        return None
+    return value.strip("'")
+
+
+def mysql_layout(cursor: Any) -> dict[str, dict[str, Column]]:
+    cursor.execute(MYSQL_COLUMNS, [TABLES])
+    tables: dict[str, dict[str, Column]] = {table: {} for table in TABLES}
+    for table, name, kind, nullable, default in cursor.fetchall():
+        affinity = _MYSQL_AFFINITY.get(kind.lower(), kind)
+        tables[table][name] = (affinity, bool(nullable), _mysql_default(default), None)
+    return tables
+
+
+def mysql_keys(cursor: Any) -> dict[str, set[tuple[str, ...]]]:
+    cursor.execute(MYSQL_KEYS, [TABLES])
+    indexes: dict[tuple[str, str], list[str]] = {}
+    for table, index, column in cursor.fetchall():
+        indexes.setdefault((table, index), []).append(column)
+    keys: dict[str, set[tuple[str, ...]]] = {table: set() for table in TABLES}
+    for (table, _index), columns in indexes.items():
+        keys[table].add(tuple(columns))
+    for found in keys.values():
+        found.discard(("id",))
+    return keys
+
+
 # -- the comparison --------------------------------------------------------------------
 def compare(
     core: dict[str, dict[str, Column]], migrated: dict[str, dict[str, Column]]
@@ -189,6 +237,10 @@ def test_the_migrated_tables_are_the_core_layout(core_sqlite: sqlite3.Connection
         finally:
             with connection.cursor() as cursor:
                 cursor.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    elif vendor == "mysql":  # the core SQLite store's statements run there
+        with connection.cursor() as cursor:
+            migrated, migrated_keys = mysql_layout(cursor), mysql_keys(cursor)
+        core, core_keys = sqlite_layout(core_sqlite), sqlite_keys(core_sqlite)
     else:
         pytest.skip(f"the core has no layout of its own on {vendor}: the migrations are it")
     assert compare(core, migrated) == []

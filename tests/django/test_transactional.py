@@ -79,7 +79,7 @@ def records(runner: asyncio.Runner, backend: DjangoBackend) -> dict[int, Status]
 def test_writes_and_outcome_commit_together(runner: asyncio.Runner, backend: DjangoBackend) -> None:
     lease = claim(runner, backend)
     ctx = context(runner, lease)
-    assert transactional(writing("committed"), "default")(ctx) == "committed"
+    assert transactional(writing("committed"), "default", lambda: backend)(ctx) == "committed"
     assert Group.objects.filter(name="committed").exists()
     assert records(runner, backend) == {1: Status.SUCCESS}
     assert ctx.recorded
@@ -110,11 +110,14 @@ def test_a_taken_over_attempt_commits_nothing(
     backup = Lease(JOB, SLOT, 2, takeover.token)
     ctx = context(runner, stale)
     with pytest.raises(AttemptFenced, match="rolled back"):
-        transactional(writing("stale"), "default")(ctx)
+        transactional(writing("stale"), "default", lambda: backend)(ctx)
     assert not Group.objects.filter(name="stale").exists()
     assert not ctx.recorded
     # The backup's own transaction commits, and its record is the run's outcome.
-    assert transactional(writing("backup"), "default")(context(runner, backup)) == "backup"
+    assert (
+        transactional(writing("backup"), "default", lambda: backend)(context(runner, backup))
+        == "backup"
+    )
     assert Group.objects.filter(name="backup").exists()
     assert records(runner, backend) == {1: Status.INTERRUPTED, 2: Status.SUCCESS}
 
@@ -123,7 +126,7 @@ def test_a_cancelled_run_commits_nothing(runner: asyncio.Runner, backend: Django
     lease = claim(runner, backend)
     assert runner.run(backend.cancel(JOB, SLOT))
     with pytest.raises(AttemptFenced):
-        transactional(writing("cancelled"), "default")(context(runner, lease))
+        transactional(writing("cancelled"), "default", lambda: backend)(context(runner, lease))
     assert not Group.objects.filter(name="cancelled").exists()
     assert records(runner, backend) == {1: Status.CANCELLED}
 
@@ -138,7 +141,7 @@ def test_a_handler_that_raises_rolls_back_and_leaves_the_outcome_to_the_engine(
 
     ctx = context(runner, lease)
     with pytest.raises(RuntimeError, match="boom"):
-        transactional(writing("raised", then=boom), "default")(ctx)
+        transactional(writing("raised", then=boom), "default", lambda: backend)(ctx)
     assert not Group.objects.filter(name="raised").exists()
     assert records(runner, backend) == {1: Status.RUNNING} and not ctx.recorded
     assert runner.run(backend.finish(lease, Status.FAILED, error="boom"))
@@ -149,7 +152,7 @@ def test_without_a_lease_the_handler_still_runs_in_one_transaction(
 ) -> None:
     """``run_once`` and other callers without a store: atomic, nothing recorded."""
     ctx = context(runner, None)
-    assert transactional(writing("alone"), "default")(ctx) == "alone"
+    assert transactional(writing("alone"), "default", lambda: backend)(ctx) == "alone"
     assert Group.objects.filter(name="alone").exists() and not ctx.recorded
 
 

@@ -2,7 +2,10 @@
 
 ``sqlite`` (default) uses files, never ``:memory:``: the subprocess tests and the ORM
 backend's own thread open their own connections, which see nothing of an in-memory
-database. ``postgres`` uses the local server (``ANARCHON_TEST_POSTGRES_HOST`` …).
+database. ``postgres`` uses the local server (``ANARCHON_TEST_POSTGRES_HOST`` …), and
+``mysql`` the local MariaDB/MySQL server as root (``ANARCHON_TEST_MYSQL_HOST``, ``_PORT``,
+``_USER``, ``_PASSWORD``), whose test database has a case-insensitive default collation,
+as most MySQL databases have: the store's key columns must compare exactly regardless.
 
 The process tests start ``manage.py anarchon run`` children on the test database:
 ``ANARCHON_TEST_DJANGO_NAME`` replaces the database NAME (the parent's test database),
@@ -33,6 +36,23 @@ if ENGINE == "postgres":
             "TEST": {"NAME": f"anarchon_django_test_{os.getpid()}"},
         }
     }
+elif ENGINE == "mysql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": os.environ.get("ANARCHON_TEST_MYSQL_DB", "anarchon_test"),
+            "USER": os.environ.get("ANARCHON_TEST_MYSQL_USER", "root"),
+            "PASSWORD": os.environ.get("ANARCHON_TEST_MYSQL_PASSWORD", ""),
+            "HOST": os.environ.get("ANARCHON_TEST_MYSQL_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("ANARCHON_TEST_MYSQL_PORT", "3306"),
+            "OPTIONS": {"charset": "utf8mb4"},
+            "TEST": {
+                "NAME": f"test_anarchon_{os.getpid()}",
+                "CHARSET": "utf8mb4",
+                "COLLATION": "utf8mb4_unicode_ci",
+            },
+        }
+    }
 elif ENGINE == "sqlite":
     DATABASES = {
         "default": {
@@ -42,7 +62,7 @@ elif ENGINE == "sqlite":
         }
     }
 else:
-    raise RuntimeError(f"ANARCHON_TEST_DJANGO_DB={ENGINE!r}: use sqlite or postgres")
+    raise RuntimeError(f"ANARCHON_TEST_DJANGO_DB={ENGINE!r}: use sqlite, postgres or mysql")
 if os.environ.get("ANARCHON_TEST_DJANGO_NAME"):
     DATABASES["default"]["NAME"] = os.environ["ANARCHON_TEST_DJANGO_NAME"]
 

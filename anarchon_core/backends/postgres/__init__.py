@@ -40,8 +40,9 @@ from ._sql import (
     Statements,
     identifier,
 )
+from ._supplied import SuppliedPostgresBackend
 
-__all__ = ["PostgresBackend"]
+__all__ = ["PostgresBackend", "SuppliedPostgresBackend"]
 
 logger = logging.getLogger("anarchon.backends.postgres")
 
@@ -60,7 +61,9 @@ class PostgresBackend(PostgresContract):
     connection before the store counts as unavailable.
     """
 
-    capabilities = Capabilities(lease=True, store_clock=True, finish=True)
+    capabilities = Capabilities(
+        lease=True, store_clock=True, finish=True, finish_in_transaction=True
+    )
     name = "postgresql"
 
     def __init__(

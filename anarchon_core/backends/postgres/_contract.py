@@ -131,6 +131,18 @@ class PostgresContract(Backend):
         params = finish_params(lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms)
         return finish_verdict(await self._row(self.sql.finish, params), status)
 
+    def finish_in_transaction(
+        self, conn: Any, lease: Lease, status: Status, *, meta: dict[str, Any] | None = None
+    ) -> bool:
+        """The statement of :meth:`finish`, sent on ``conn`` (a psycopg connection to the
+        same database) in the transaction it holds open."""
+        import psycopg
+
+        with psycopg.Cursor(conn) as cursor:
+            cursor.execute(self.sql.finish, finish_params(lease, status, meta=meta))
+            row = cursor.fetchone()
+        return row is not None and finish_verdict(row, status)
+
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
         """Every finish in one statement: one round trip, one commit."""
         if not requests:

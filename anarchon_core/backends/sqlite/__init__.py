@@ -46,6 +46,7 @@ from ...errors import BackendError, BackendUnavailable, ConfigurationError, Sche
 from ...records import HistoryQuery, Origin, RunRecord, Status
 from ...redact import brief_url
 from .._sql import history_filter, record_from_row
+from ..supply import ConnectionSupply
 from . import _decisions as decisions
 from . import _sql as sql
 from ._batch import Decision, WriteQueue, execute_batch, retry_busy
@@ -68,13 +69,23 @@ class SqliteBackend(Backend):
     """A lease backend on one SQLite file; several processes on one host may share it.
 
     ``busy_timeout_ms`` bounds how long an operation waits for another process's
-    write lock before the store counts as unavailable.
+    write lock before the store counts as unavailable. With ``supply``, the statements
+    run on a host's own connection to the file (the Django ORM's: see
+    :mod:`anarchon_core.backends.supply`), whose migrations made the layout.
     """
 
-    capabilities = Capabilities(lease=True, store_clock=True, finish=True)
+    capabilities = Capabilities(
+        lease=True, store_clock=True, finish=True, finish_in_transaction=True
+    )
     name = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_ms: int = 5000,
+        supply: ConnectionSupply[sqlite3.Connection] | None = None,
+    ) -> None:
         valid = isinstance(busy_timeout_ms, int) and not isinstance(busy_timeout_ms, bool)
         if not valid or busy_timeout_ms <= 0:
             raise ConfigurationError(
@@ -86,6 +97,7 @@ class SqliteBackend(Backend):
         else:
             raise ConfigurationError(f"SQLite path {path!r} is not valid: give a file path")
         self.busy_timeout_ms = busy_timeout_ms
+        self._supply = supply
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._queue: WriteQueue | None = None
@@ -117,11 +129,19 @@ class SqliteBackend(Backend):
         return "host"
 
     def describe(self) -> str:
-        return f"sqlite:///{self.path}"
+        return self._supply.describe() if self._supply else f"sqlite:///{self.path}"
 
     # -- life cycle --------------------------------------------------------------
     async def open(self) -> None:
-        """Connect in the worker thread and create the layout (idempotent, race-safe)."""
+        """Connect in the worker thread and create the layout (idempotent, race-safe).
+
+        With a supply: start the write queue on its thread (the layout is the host's).
+        """
+        supply = self._supply
+        if supply is not None:
+            if self._queue is None:
+                self._queue = WriteQueue(supply.executor, self._supplied_batch)
+            return
         if self._executor is not None:
             return
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anarchon-sqlite")
@@ -140,6 +160,11 @@ class SqliteBackend(Backend):
         self._queue = WriteQueue(executor, execute)
 
     async def close(self) -> None:
+        if self._supply is not None:
+            queue, self._queue = self._queue, None
+            if queue is not None:
+                await queue.drain()
+            return
         executor, conn, queue = self._executor, self._conn, self._queue
         if executor is None or conn is None or queue is None:
             return
@@ -170,7 +195,20 @@ class SqliteBackend(Backend):
         return conn
 
     # -- the worker thread ---------------------------------------------------------
+    def _supplied_batch(self, batch: list[Decision[Any]]) -> list[Any]:
+        """A batch on the supply's connection (on its thread, where the queue runs it)."""
+        assert self._supply is not None
+        execute = partial(execute_batch, timeout_ms=self.busy_timeout_ms, convert=self._convert)
+        return self._supply.run(lambda conn: execute(conn, batch))
+
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        supply = self._supply
+        if supply is not None:
+            if self._queue is None:
+                raise BackendError(f"{self.describe()} is not open: await open() first")
+            loop = asyncio.get_running_loop()
+            guarded = partial(self._guarded_on, op)
+            return await loop.run_in_executor(supply.executor, supply.run, guarded)
         executor, conn = self._executor, self._conn
         if executor is None or conn is None:
             raise BackendError(f"{self.describe()} is not open: await open() first")
@@ -198,6 +236,9 @@ class SqliteBackend(Backend):
             if isinstance(answer, BaseException):
                 raise answer
         return answers  # type: ignore[return-value]
+
+    def _guarded_on(self, op: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+        return self._guarded(partial(op, conn))
 
     def _guarded(self, op: Callable[[], T]) -> T:
         """Run ``op`` in the worker thread, retrying busy answers; convert driver errors."""
@@ -260,6 +301,14 @@ class SqliteBackend(Backend):
     ) -> bool:
         decide = decisions.finish(lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms)
         return await self._write(decide)
+
+    def finish_in_transaction(
+        self, conn: Any, lease: Lease, status: Status, *, meta: dict[str, Any] | None = None
+    ) -> bool:
+        """The decision of :meth:`finish`, on ``conn`` (a ``sqlite3`` connection to the
+        same file) in the transaction it holds open, which already has the write lock
+        or takes it here: the decision reads and writes under the caller's lock."""
+        return decisions.finish(lease, status, meta=meta)(conn, wall_clock_ms())
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
         """The finishes queued at once, so they share one transaction (up to ``MAX_BATCH``)."""
