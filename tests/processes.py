@@ -95,6 +95,13 @@ class Children:
                 proc.kill()
                 proc.wait()
 
+    def kill_all(self) -> None:
+        """SIGKILL every child still running, and reap them all."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name} ---\n{p.read_text(errors='replace')[-4000:]}"

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multiprocess.cluster import freeze_unlocked, sqlite_locked, store_locked
+from processes import Children, freeze_unlocked, sqlite_locked, store_locked
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -73,19 +72,12 @@ def database_name() -> str:
 
 
 @dataclass
-class Cluster:
+class Cluster(Children):
     """``manage.py anarchon run`` children sharing one store, one events file."""
 
     tmp: Path
     env: dict[str, str]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    @property
-    def events_path(self) -> Path:
-        return self.tmp / "events.jsonl"
-
-    def log_path(self, instance_id: str) -> Path:
-        return self.tmp / f"{instance_id}.log"
 
     def start(self, instance_id: str, *extra: str) -> subprocess.Popen[bytes]:
         env = child_env(**self.env, ANARCHON_TEST_EVENTS=str(self.events_path))
@@ -124,32 +116,9 @@ class Cluster:
             time.sleep(0.05)
         raise AssertionError(f"{instance_id} never logged {text!r}; logs:\n{self.logs()}")
 
-    def events(self) -> list[dict[str, Any]]:
-        if not self.events_path.exists():
-            return []
-        lines = self.events_path.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
-
-    def wait_for(
-        self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float, what: str
-    ) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = predicate(self.events())
-            if result:
-                return result
-            time.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; logs:\n{self.logs()}")
-
-    def instance_of(self, pid: int) -> str:
-        return next(name for name, p in self.procs.items() if p.pid == pid)
-
-    def signal(self, instance_id: str, sig: signal.Signals) -> None:
-        self.procs[instance_id].send_signal(sig)
-
     def freeze(self, instance_id: str, job: str, slot: int) -> None:
         """SIGSTOP ``instance_id`` at a moment it holds no store lock (see
-        :func:`multiprocess.cluster.freeze_unlocked`): the ORM store's lock is probed
+        :func:`processes.freeze_unlocked`): the ORM store's lock is probed
         through Django's connection, a core store's through its URL."""
         store = self.env["ANARCHON_TEST_BACKEND"]
         if store.startswith("django://"):
@@ -157,30 +126,6 @@ class Cluster:
         else:
             locked = partial(store_locked, store, job, slot)
         freeze_unlocked(self.procs[instance_id], instance_id, locked)
-
-    def stop_all(self, timeout: float = 15) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def kill_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {p.name} ---\n{p.read_text(errors='replace')[-4000:]}"
-            for p in sorted(self.tmp.glob("*.log"))
-        )
 
 
 @contextmanager
@@ -225,10 +170,6 @@ def django_store_locked(job: str, slot: int) -> bool:
         return False
     except OperationalError:
         return True
-
-
-def starts(events: list[dict[str, Any]], job: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in events if e["e"] == "start" and (job is None or e["job"] == job)]
 
 
 def store_url(kind: str, tmp: Path) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import procs
 import pytest
-from procs import cluster, starts
+from processes import starts
+from procs import cluster
 
 from anarchon_core import Status
 

@@ -38,7 +38,8 @@ from typing import Any, TypeVar
 
 import procs
 import pytest
-from procs import child_env, starts
+from processes import starts
+from procs import child_env
 from test_processes import grid_slots, history
 
 from anarchon_core import Status

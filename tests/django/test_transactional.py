@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from procs import cluster, starts
+from processes import starts
+from procs import cluster
 
 from anarchon_core.backend import ClaimRequest, Lease, TakeoverRequest
 from anarchon_core.context import RunContext
