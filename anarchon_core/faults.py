@@ -20,22 +20,15 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, get_args
+from typing import Literal, TypeVar, get_args
 
 from .backend import (
     Backend,
-    Claim,
-    ClaimRequest,
-    DueRun,
-    FinishRequest,
-    InstanceInfo,
-    Lease,
-    TakeoverRequest,
 )
+from .backends.delegating import DelegatingBackend
 from .errors import BackendUnavailable, ConfigurationError
-from .records import HistoryQuery, RunRecord, Status
 
 __all__ = ["CallKind", "Faults", "FaultyBackend"]
 
@@ -80,7 +73,7 @@ class _Plan:
     fail: bool = False
 
 
-class FaultyBackend(Backend):
+class FaultyBackend(DelegatingBackend):
     """``inner`` behind a faulty link; see the module docstring.
 
     ``faults`` applies to every kind of call, or maps kinds (:data:`CallKind`) to their
@@ -101,7 +94,7 @@ class FaultyBackend(Backend):
             raise ConfigurationError(
                 f"reply_timeout_ms = {reply_timeout_ms!r} is not valid: give 1 to 3600000"
             )
-        self.inner = inner
+        self._inner = inner
         self.capabilities = inner.capabilities
         self.name = inner.name
         self.reply_timeout_s = reply_timeout_ms / 1000
@@ -176,94 +169,39 @@ class FaultyBackend(Backend):
             raise BackendUnavailable(f"{self.name}: the reply was lost (the link is cut)")
         return result
 
-    # -- the contract, forwarded ---------------------------------------------------
+    # -- the contract, forwarded through the link ------------------------------------
+    @property
+    def inner(self) -> Backend:
+        return self._inner
+
+    async def _through(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await self._call(_KINDS.get(operation, "other"), call)
+
     async def open(self) -> None:
-        await self.inner.open()
+        await self._inner.open()
 
     async def close(self) -> None:
-        await self.inner.close()
+        await self._inner.close()
 
     def describe(self) -> str:
-        return self.inner.describe()
+        return self._inner.describe()
 
-    async def now_ms(self) -> int:
-        return await self._call("other", self.inner.now_ms)
 
-    async def claim(self, request: ClaimRequest) -> Claim:
-        return await self._call("claim", lambda: self.inner.claim(request))
-
-    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        # One request to the store: the fault plan hits the batch as a whole.
-        return await self._call("claim", lambda: self.inner.claim_many(requests))
-
-    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
-        return await self._call("heartbeat", lambda: self.inner.heartbeat(leases, lease_ms))
-
-    async def finish(
-        self,
-        lease: Lease,
-        status: Status,
-        *,
-        error: str | None = None,
-        meta: dict[str, Any] | None = None,
-        retry_in_ms: int | None = None,
-    ) -> bool:
-        return await self._call(
-            "finish",
-            lambda: self.inner.finish(
-                lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms
-            ),
-        )
-
-    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
-        return await self._call("finish", lambda: self.inner.finish_many(requests))
-
-    async def release(self, lease: Lease) -> bool:
-        return await self._call("release", lambda: self.inner.release(lease))
-
-    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
-        return await self._call("sweep", lambda: self.inner.due_runs(jobs))
-
-    async def take_over(self, request: TakeoverRequest) -> Claim:
-        return await self._call("takeover", lambda: self.inner.take_over(request))
-
-    async def last_scheduled_slot(self, job: str) -> int | None:
-        return await self._call("other", lambda: self.inner.last_scheduled_slot(job))
-
-    async def history(self, query: HistoryQuery) -> list[RunRecord]:
-        return await self._call("other", lambda: self.inner.history(query))
-
-    async def prune(
-        self,
-        older_than_ms: int,
-        *,
-        jobs: Collection[str] | None = None,
-        namespace: str | None = None,
-    ) -> int:
-        return await self._call(
-            "other", lambda: self.inner.prune(older_than_ms, jobs=jobs, namespace=namespace)
-        )
-
-    async def set_paused(self, job: str, paused: bool) -> None:
-        await self._call("other", lambda: self.inner.set_paused(job, paused))
-
-    async def paused_jobs(self) -> set[str]:
-        return await self._call("other", self.inner.paused_jobs)
-
-    async def trigger(self, job: str, requested_by: str) -> int:
-        return await self._call("other", lambda: self.inner.trigger(job, requested_by))
-
-    async def cancel(self, job: str, slot: int) -> bool:
-        return await self._call("other", lambda: self.inner.cancel(job, slot))
-
-    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
-        await self._call("registry", lambda: self.inner.register(info, ttl_ms))
-
-    async def unregister(self, instance_id: str) -> None:
-        await self._call("registry", lambda: self.inner.unregister(instance_id))
-
-    async def instances(self) -> list[InstanceInfo]:
-        return await self._call("registry", self.inner.instances)
+#: The fault kind of each contract call (a batch is one request: one kind); the rest
+#: are "other".
+_KINDS = {
+    "claim": "claim",
+    "claim_many": "claim",
+    "heartbeat": "heartbeat",
+    "finish": "finish",
+    "finish_many": "finish",
+    "release": "release",
+    "due_runs": "sweep",
+    "take_over": "takeover",
+    "register": "registry",
+    "unregister": "registry",
+    "instances": "registry",
+}
 
 
 def _by_kind(faults: Faults | Mapping[str, Faults] | None) -> dict[str, Faults]:

@@ -20,7 +20,6 @@ Django manages, past its cursor wrapper.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,16 +27,9 @@ from anarchon_core.backend import (
     SCHEMA_VERSION,
     Backend,
     Capabilities,
-    Claim,
-    ClaimRequest,
-    DueRun,
-    FinishRequest,
-    InstanceInfo,
-    Lease,
-    TakeoverRequest,
 )
+from anarchon_core.backends.delegating import DelegatingBackend
 from anarchon_core.errors import BackendError, ConfigurationError, SchemaVersionError
-from anarchon_core.records import HistoryQuery, RunRecord, Status
 from anarchon_core.redact import brief, redact_text
 
 from .conf import DEFAULT_ALIAS, alias_from_url
@@ -59,7 +51,7 @@ TABLES = (
 _VENDORS = ("sqlite", "postgresql", "mysql")
 
 
-class DjangoBackend(Backend):
+class DjangoBackend(DelegatingBackend):
     """A lease backend on the Django database ``alias`` (SQLite, PostgreSQL, MySQL/MariaDB).
 
     Construct it before or after Django is set up: the alias is checked (and Django set
@@ -170,92 +162,12 @@ class DjangoBackend(Backend):
             await worker.close()
 
     @property
-    def _open(self) -> Backend:
+    def inner(self) -> Backend:
+        """The database's store, once open (every contract method is forwarded to it)."""
         store = self._store
         if store is None:
             raise BackendError(f"{self.describe()} is not open: await open() first")
         return store
-
-    # -- the contract, answered by the vendor's store --------------------------------
-    async def now_ms(self) -> int:
-        return await self._open.now_ms()
-
-    async def claim(self, request: ClaimRequest) -> Claim:
-        return await self._open.claim(request)
-
-    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        return await self._open.claim_many(requests)
-
-    async def heartbeat(self, leases: Sequence[Lease], lease_ms: int) -> list[bool]:
-        return await self._open.heartbeat(leases, lease_ms)
-
-    async def finish(
-        self,
-        lease: Lease,
-        status: Status,
-        *,
-        error: str | None = None,
-        meta: dict[str, Any] | None = None,
-        retry_in_ms: int | None = None,
-    ) -> bool:
-        return await self._open.finish(
-            lease, status, error=error, meta=meta, retry_in_ms=retry_in_ms
-        )
-
-    def finish_in_transaction(
-        self, conn: Any, lease: Lease, status: Status, *, meta: dict[str, Any] | None = None
-    ) -> bool:
-        """The vendor store's fenced finish on ``conn``, a driver connection to the same
-        database (``transactional=True``: the handler's own, inside its atomic block)."""
-        return self._open.finish_in_transaction(conn, lease, status, meta=meta)
-
-    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[bool]:
-        return await self._open.finish_many(requests)
-
-    async def release(self, lease: Lease) -> bool:
-        return await self._open.release(lease)
-
-    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
-        return await self._open.due_runs(jobs)
-
-    async def take_over(self, request: TakeoverRequest) -> Claim:
-        return await self._open.take_over(request)
-
-    async def last_scheduled_slot(self, job: str) -> int | None:
-        return await self._open.last_scheduled_slot(job)
-
-    async def history(self, query: HistoryQuery) -> list[RunRecord]:
-        return await self._open.history(query)
-
-    async def prune(
-        self,
-        older_than_ms: int,
-        *,
-        jobs: Collection[str] | None = None,
-        namespace: str | None = None,
-    ) -> int:
-        return await self._open.prune(older_than_ms, jobs=jobs, namespace=namespace)
-
-    async def set_paused(self, job: str, paused: bool) -> None:
-        await self._open.set_paused(job, paused)
-
-    async def paused_jobs(self) -> set[str]:
-        return await self._open.paused_jobs()
-
-    async def trigger(self, job: str, requested_by: str) -> int:
-        return await self._open.trigger(job, requested_by)
-
-    async def cancel(self, job: str, slot: int) -> bool:
-        return await self._open.cancel(job, slot)
-
-    async def register(self, info: InstanceInfo, ttl_ms: int) -> None:
-        await self._open.register(info, ttl_ms)
-
-    async def unregister(self, instance_id: str) -> None:
-        await self._open.unregister(instance_id)
-
-    async def instances(self) -> list[InstanceInfo]:
-        return await self._open.instances()
 
 
 def _postgres_store(worker: Worker, describe: str) -> Backend:

@@ -186,7 +186,7 @@ if os.environ.get("ANARCHON_TEST_DJANGO_DB") == "postgres":
 
         now = runner.run(backend.now_ms())
         assert runner.run(backend.claim(claim_request(now, "t1"))).outcome == Outcome.WON
-        release = backend._open.sql.release  # type: ignore[attr-defined]
+        release = backend.inner.sql.release  # type: ignore[attr-defined]
         execute = psycopg.Cursor.execute
         killed: list[int] = []
 
