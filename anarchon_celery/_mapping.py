@@ -5,7 +5,6 @@ Pure functions: no I/O, so the scheduler can validate everything when beat start
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import os
@@ -20,7 +19,7 @@ from celery.schedules import crontab, schedule, solar  # type: ignore[import-unt
 
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import validate_option_keys
-from anarchon_core.names import JOB_NAME_FORM, validate_job_name
+from anarchon_core.names import validate_job_name
 from anarchon_core.redact import brief_url
 from anarchon_core.scheduler import DEFAULT_CANDIDATES
 from anarchon_core.schedules import Cron, Every, Schedule
@@ -302,10 +301,7 @@ def plan_entry(entry: Any, settings: Settings, zone: str) -> EntryPlan:
             if spec.relative and name not in _relative_logged:
                 _relative_logged.add(name)
                 logger.debug("%s: relative=True is ignored: slots lie on the epoch grid", where)
-            run_every = spec.run_every
-            if not isinstance(run_every, dt.timedelta) or run_every <= dt.timedelta(0):
-                raise ConfigurationError(f"{where}: interval {run_every!r} must be positive")
-            result = Every(run_every, _offset(extra, name))
+            result = Every(spec.run_every, extra.get("offset"))  # the core checks both
         elif type(spec) is crontab:
             if spec.nowfun is not None:
                 raise ConfigurationError(
@@ -337,21 +333,5 @@ def plan_entry(entry: Any, settings: Settings, zone: str) -> EntryPlan:
     for key in _JOB_OPTION_KEYS:
         if key in extra:
             options.update(validate_option_keys({key: extra[key]}, f"anarchon_entries[{name!r}]"))
-    jname = job_name(name, settings.namespace)
-    try:
-        validate_job_name(f"{settings.namespace}:{jname}")
-    except ConfigurationError:
-        raise ConfigurationError(
-            f"{where}: job name {settings.namespace}:{jname!r} is not valid: {JOB_NAME_FORM}"
-        ) from None
+    jname = job_name(name, settings.namespace)  # the core checks it when the job is added
     return EntryPlan(entry=name, name=jname, schedule=result, options=options)
-
-
-def _offset(extra: Mapping[str, Any], name: str) -> Any:
-    offset = extra.get("offset")
-    if offset is not None and not isinstance(offset, (str, dt.timedelta)):
-        raise ConfigurationError(
-            f"anarchon_entries[{name!r}]: offset = {offset!r} is not valid: give a duration "
-            "string ('5s') or a timedelta"
-        )
-    return offset
