@@ -64,16 +64,16 @@ import random
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache, partial
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import MySQLdb  # type: ignore[import-untyped]
 from MySQLdb.constants import CLIENT  # type: ignore[import-untyped]
 
-from ..backend import SCHEMA_VERSION, Claim, DueRun, InstanceInfo, Lease
+from ..backend import SCHEMA_VERSION, Claim, Lease
 from ..errors import BackendError, BackendUnavailable, ConfigurationError
-from ..records import Origin, Status
+from ..records import Status
 from ..redact import redact_text
 from .sqlite import SqliteBackend
 from .sqlite import _decisions as decisions
@@ -545,41 +545,13 @@ class SuppliedMysqlBackend(SqliteBackend):
         except MySQLdb.Error as exc:
             raise self._driver_error(exc) from exc
 
-    # -- what the core reads with its host's clock: the server's here -----------------
+    # -- where the core reads its host's clock: the server's here --------------------
     async def now_ms(self) -> int:
         return await self._read(Connection.clock)
 
-    async def due_runs(self, jobs: Collection[str]) -> list[DueRun]:
-        if not jobs:
-            return []
-        names = jobs if isinstance(jobs, Set) else frozenset(jobs)
-
-        def read(db: Connection) -> list[DueRun]:
-            now = db.clock()
-            due = [
-                DueRun(job, slot, attempt, Origin(origin), _REASONS[state])
-                for job, slot, attempt, origin, state in db.execute(sql.DUE_RUNS, (now, now))
-                if job in names
-            ]
-            due.sort(key=lambda run: (run.slot, run.job))
-            return due
-
-        return await self._read(read)
-
-    async def instances(self) -> list[InstanceInfo]:
-        def read(db: Connection) -> list[InstanceInfo]:
-            rows = db.execute(sql.INSTANCES, (db.clock(),))
-            return [decisions.instance_from_row(row) for row in rows]
-
-        return await self._read(read)
-
-
-#: Why :meth:`SuppliedMysqlBackend.due_runs` lists a run, by the run's state (as the core's).
-_REASONS: dict[str, Literal["expired", "retry", "manual"]] = {
-    Status.RUNNING.value: "expired",
-    sql.WAITING: "retry",
-    sql.PENDING: "manual",
-}
+    def _read_clock(self, conn: sqlite3.Connection) -> int:
+        """The server's clock (the core's reads of due runs and the registry use it)."""
+        return cast(Connection, conn).clock()
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -254,6 +254,11 @@ class SqliteBackend(Backend):
     async def now_ms(self) -> int:
         return wall_clock_ms()
 
+    def _read_clock(self, conn: sqlite3.Connection) -> int:
+        """The store's clock for a read outside the write lock (due runs, the registry):
+        the host's wall clock, which every process sharing the file reads."""
+        return wall_clock_ms()
+
     # -- the claim ---------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
         return await self._write(
@@ -344,7 +349,7 @@ class SqliteBackend(Backend):
         names = jobs if isinstance(jobs, Set) else frozenset(jobs)
 
         def read(conn: sqlite3.Connection) -> list[DueRun]:
-            now = wall_clock_ms()
+            now = self._read_clock(conn)
             due: list[DueRun] = []
             for job, slot, attempt, origin, state in conn.execute(sql.DUE_RUNS, (now, now)):
                 if job in names:
@@ -413,7 +418,7 @@ class SqliteBackend(Backend):
 
     async def instances(self) -> list[InstanceInfo]:
         def read(conn: sqlite3.Connection) -> list[InstanceInfo]:
-            rows = conn.execute(sql.INSTANCES, (wall_clock_ms(),))
+            rows = conn.execute(sql.INSTANCES, (self._read_clock(conn),))
             return [decisions.instance_from_row(row) for row in rows]
 
         return await self._call(read)
