@@ -128,8 +128,8 @@ class DjangoScheduler(Scheduler):
             handler = self._task_handler(name, handler, **options)
         if atomic:
             alias = self._transactional_alias(name, handler)
-            store = lambda: self.backend  # noqa: E731 - the store the engine opened
-            handler = None if handler is None else transactional(handler, alias, store)
+            if handler is not None:  # finished by the store the engine opened
+                handler = transactional(handler, alias, lambda: self.backend)
         if handler is None:
             return None
         if name in self.jobs:
@@ -427,6 +427,6 @@ def reset_scheduler(new: DjangoScheduler | None = None) -> DjangoScheduler | Non
 def _defined_at(handler: object) -> str:
     """``module (line N)`` of a handler function (``module`` alone for other callables),
     so that a name defined twice in one module names both places."""
-    module = str(getattr(handler, "__module__", None) or "?")
+    module = _module_of(handler)
     code = getattr(inspect.unwrap(handler), "__code__", None)  # type: ignore[arg-type]
     return f"{module} (line {code.co_firstlineno})" if code is not None else module
