@@ -76,8 +76,8 @@ def test_counters_match_the_history_after_slots_and_one_takeover(
         s = Scheduler(
             backend,
             instance_id=instance,
-            heartbeat_ms=50,
-            lease_ms=150,
+            heartbeat_ms=100,  # a healthy runner keeps its lease through 500 ms stalls
+            lease_ms=600,
             jitter_ms=0,
             metrics_registry=registry,
             tracer_provider=provider,
