@@ -40,7 +40,7 @@ import string
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import nats
@@ -543,26 +543,53 @@ class NatsBackend(Backend):
     # -- history -----------------------------------------------------------------
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
         """Every entry still in the bucket (younger than its max age) that matches."""
-        kv = self._open_kv()
+        self._open_kv()
         keys = "c.>" if query.job is None else f"c.{encode_job(query.job)}.>"
         records: list[RunRecord] = []
         try:
-            watcher = cast(Any, await kv.watch(keys, ignore_deletes=True))
-            try:
-                while True:
-                    entry = await watcher.updates(timeout=self.timeout_ms / 1000)
-                    if entry is None:
-                        break
-                    record = _run_record(_load(entry.value))
-                    if record is not None and query.matches(record):
-                        records.append(record)
-            finally:
-                await watcher.stop()
+            for value in await self._latest_values(f"$KV.{self.bucket}.{keys}"):
+                record = _run_record(_load(value))
+                if record is not None and query.matches(record):
+                    records.append(record)
         except _TRANSIENT as exc:
             raise BackendUnavailable(
                 f"NATS at {self.describe()}: reading the history failed: {_text(exc)}"
             ) from exc
         return select_records(records, query)
+
+    async def _latest_values(self, subject: str) -> list[bytes]:
+        """The value of every key under ``subject``, each key's latest entry once.
+
+        An ordered consumer delivers them; the server's own count (delivered plus
+        pending, read once) says how many there are. nats-py's key watcher instead
+        compares the server's pending count with what its callback has processed so
+        far, and ends early, with nothing, when the entries arrived in between.
+        """
+        assert self._nc is not None  # _open_kv checked it
+        js = self._nc.jetstream(timeout=self.timeout_ms / 1000)
+        timeout = self.timeout_ms / 1000
+        sub = await js.subscribe(
+            subject,
+            stream=self.stream,
+            ordered_consumer=True,
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+            inactive_threshold=60,
+        )
+        values: list[bytes] = []
+        try:
+            info = await sub.consumer_info()
+            delivered = info.delivered.consumer_seq if info.delivered else 0
+            left = (info.num_pending or 0) + delivered
+            while left > 0:
+                msg = await sub.next_msg(timeout=timeout)
+                left = min(left - 1, msg.metadata.num_pending)
+                headers = msg.headers or {}
+                if headers.get("KV-Operation") or headers.get("Nats-Marker-Reason"):
+                    continue  # a deleted or purged key
+                values.append(msg.data)
+        finally:
+            await sub.unsubscribe()
+        return values
 
     # -- connection ------------------------------------------------------------------
     def _open_kv(self) -> KeyValue:
