@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-django lint typecheck bench bench-servers docs clean
+.PHONY: demo test test-django test-django-sqlite test-django-postgres test-django-mysql lint typecheck bench bench-servers docs clean
 
 DEMO_STAMP := $(VENV)/.demo-installed
 
@@ -31,17 +31,17 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
-	$(MAKE) test-django
+	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(MAKE) -j3 --output-sync test-django
 
 # The Django adapter's suite, once per database: a file SQLite database, PostgreSQL
 # (the local server, ANARCHON_TEST_POSTGRES_HOST/PORT/USER to change it) and MariaDB or
 # MySQL (the local server as root, ANARCHON_TEST_MYSQL_HOST/PORT/USER/PASSWORD).
 DJANGO_TEST := DJANGO_SETTINGS_MODULE=django_project.settings
-test-django: $(STAMP)
-	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=sqlite $(BIN)/python -m pytest tests/django
-	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=postgres $(BIN)/python -m pytest tests/django
-	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=mysql $(BIN)/python -m pytest tests/django
+DJANGO_DBS := test-django-sqlite test-django-postgres test-django-mysql
+test-django: $(DJANGO_DBS)
+$(DJANGO_DBS): test-django-%: $(STAMP)
+	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=$* $(BIN)/python -m pytest tests/django
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
