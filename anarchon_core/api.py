@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_WINDOW_MS",
     "MAX_RUNS_LIMIT",
     "MAX_WINDOW_MS",
+    "SCHEMAS",
     "decode_cursor",
     "encode_cursor",
     "instance_json",
@@ -312,3 +313,115 @@ def _now(now: int) -> dict[str, Any]:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- JSON Schemas ----------------------------------------------------------------------
+def _object(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An object schema: ``required`` properties must be present, and any property not
+    named is allowed (a newer core may add fields)."""
+    return {
+        "type": "object",
+        "properties": {**required, **(optional or {})},
+        "required": list(required),
+        "additionalProperties": True,
+    }
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+_INT: dict[str, Any] = {"type": "integer"}
+_TEXT: dict[str, Any] = {"type": "string"}
+_FLAG: dict[str, Any] = {"type": "boolean"}
+_MAP: dict[str, Any] = {"type": "object", "additionalProperties": True}
+_NOW = {"now": _INT, "now_at": _TEXT}
+_RUN = _object(
+    {
+        "job": _TEXT,
+        "slot": _INT,
+        "scheduled_at": _TEXT,
+        "attempt": _INT,
+        "origin": {"type": "string", "enum": [o.value for o in Origin]},
+        "status": {"type": "string", "enum": [s.value for s in Status]},
+    },
+    {
+        **{
+            key: _nullable(_TEXT)
+            for key in ("instance_id", "claimed_at", "started_at", "finished_at", "error")
+        },
+        "duration_ms": _nullable(_INT),
+        "lateness_ms": _nullable(_INT),
+        "meta": _MAP,
+    },
+)
+_SUMMARY = _nullable(
+    _object({}, {"mean": _nullable({"type": "number"}), "p95": _nullable({"type": "number"})})
+)
+_COUNTS = ("runs", "success", "failures", "interrupted", "cancelled", "takeovers", "retries")
+_STATS = _object(
+    {**{key: _INT for key in (*_COUNTS, "skips", "paused", "records")}, "truncated": _FLAG},
+    {"duration_ms": _SUMMARY, "lateness_ms": _SUMMARY},
+)
+_JOB = _object(
+    {"job": _TEXT, "paused": _FLAG, "instances": _INT},
+    {
+        "schedule": _nullable(_TEXT),
+        "tz": _nullable(_TEXT),
+        "fingerprints": {"type": "array", "items": _TEXT},
+        "options": _nullable(_MAP),
+        "next_slots": {"type": "array", "items": _object({"slot": _INT, "at": _TEXT})},
+        "last_run": _nullable(_RUN),
+        "stats": _nullable(_STATS),
+    },
+)
+_INSTANCE = _object(
+    {
+        "instance_id": _TEXT,
+        "host": _TEXT,
+        "pid": _INT,
+        "version": _TEXT,
+        "started_at": _TEXT,
+        "last_seen_at": _TEXT,
+        "skew_ms": _INT,
+        "jobs": {"type": "object", "additionalProperties": _MAP},
+    }
+)
+_FINGERPRINTS = {"type": "object", "additionalProperties": {"type": "array", "items": _TEXT}}
+
+#: JSON Schemas of the answers and bodies of ``docs/api.md``, by name: ``jobs``,
+#: ``runs``, ``instances``, ``health``, ``paused`` (pause, resume), ``trigger``,
+#: ``cancel``, ``cancel_body`` and ``action_body`` (the others' request bodies),
+#: ``error`` (the answer of every 4xx and 5xx, but health's 503). Objects
+#: allow properties they do not name, so a client keeps working with a newer core.
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "jobs": _object(
+        {
+            **_NOW,
+            "actions": _FLAG,
+            "window": _object({"since": _INT, "since_at": _TEXT}),
+            "jobs": {"type": "array", "items": _JOB},
+        }
+    ),
+    "runs": _object({"runs": {"type": "array", "items": _RUN}}, {"next_cursor": _nullable(_TEXT)}),
+    "instances": _object(
+        {
+            **_NOW,
+            "instances": {"type": "array", "items": _INSTANCE},
+            "mismatches": {"type": "object", "additionalProperties": _FINGERPRINTS},
+        }
+    ),
+    "health": _object(
+        {"status": {"type": "string", "enum": ["ok", "unavailable"]}, "backend": _TEXT},
+        {
+            key: _nullable(schema)
+            for key, schema in {**_NOW, "instances": _INT, "error": _TEXT}.items()
+        },
+    ),
+    "paused": _object({"job": _TEXT, "paused": _FLAG}),
+    "trigger": _object({"job": _TEXT, "slot": _INT, "scheduled_at": _TEXT}),
+    "cancel": _object({"job": _TEXT, "slot": _INT, "cancelled": _FLAG}),
+    "cancel_body": _object({"job": _TEXT, "slot": _INT}),
+    "action_body": {"type": "object", "description": "any JSON object, e.g. {}; ignored"},
+    "error": _object({"error": _TEXT}),
+}

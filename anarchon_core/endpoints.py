@@ -5,15 +5,18 @@ turns its request into ``(method, path, params, body)``, calls :meth:`DashboardA
 and sends back the :class:`Reply`; authentication and CSRF stay with the host, which
 knows how its users log in. Paths are relative to the mount prefix (``"jobs"``,
 ``"jobs/reports.daily/pause"``, ``"runs/cancel"``), so the page works under any prefix.
+:data:`ROUTES` is the one table of the API's operations: the dispatcher's, and the
+OpenAPI description a host publishes (:meth:`Route.openapi`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -22,10 +25,10 @@ from .backend import Backend
 from .durations import parse_duration_ms
 from .errors import BackendError, CapabilityError, ConfigurationError
 from .operations import NoLiveInstanceError
-from .records import iso_utc
+from .records import Status, iso_utc
 from .redact import brief
 
-__all__ = ["DashboardAPI", "Reply", "dashboard_file"]
+__all__ = ["ERRORS", "ROUTES", "DashboardAPI", "Reply", "Route", "dashboard_file"]
 
 logger = logging.getLogger("anarchon.dashboard")
 
@@ -34,11 +37,175 @@ _ASSETS = {
     "dashboard.css": "text/css; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
 }
-_ACTIONS = ("pause", "resume", "trigger")
 #: Slots and times are epoch milliseconds, stored as 64-bit integers.
 _INT64 = (-(2**63), 2**63 - 1)
+_JSON = "application/json"
 
-Handler = Callable[[Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
+#: What each error status of the API means (the descriptions of an OpenAPI schema).
+ERRORS: Mapping[int, str] = {
+    400: "a bad parameter (the error names it and the accepted form)",
+    403: "actions are not enabled, or the request came from another site",
+    404: "no API at this path (a job name holding a '/')",
+    409: "no live instance has the job (trigger)",
+    415: "the body is not application/json",
+    500: "an unexpected failure",
+    501: "the store cannot do this (claim-only backends)",
+    503: "the store is unavailable, or the API is not running in this app",
+}
+_WINDOW = "a duration such as 1h, 24h, 7d (default 24h, at most 7d)"
+_RUNS_QUERY = {
+    "job": "a job's store name",
+    "status": "one of " + ", ".join(s.value for s in Status),
+    "since": "epoch ms (integer): since <= slot",
+    "until": "epoch ms (integer): slot < until",
+    "limit": f"integer 1-{api.MAX_RUNS_LIMIT}, default {api.DEFAULT_RUNS_LIMIT}",
+    "cursor": "next_cursor of the previous page",
+}
+
+#: A route's handler: ``(path parameters, query parameters, body) -> answer``.
+Handler = Callable[[Mapping[str, str], Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One operation of the API: :class:`DashboardAPI` dispatches on it, and a host may
+    publish its :meth:`openapi` description (the FastAPI router does).
+
+    ``path`` is relative to the API (``"jobs/{job}/pause"``: ``{job}`` is one path
+    segment). ``query`` names the query parameters with their descriptions: they are
+    text, checked by the handler, so a bad value is a 400 naming the accepted form.
+    ``POST`` routes are the actions, off unless enabled. ``answer``, ``body`` and
+    ``failure`` name the :data:`~anarchon_core.api.SCHEMAS` of the answer, the request
+    body and the answers of the ``errors`` statuses.
+    """
+
+    name: str
+    method: str
+    path: str
+    summary: str
+    answer: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    body: str | None = None
+    errors: tuple[int, ...] = (400, 500, 501, 503)
+    failure: str = "error"
+
+    @property
+    def action(self) -> bool:
+        return self.method == "POST"
+
+    def match(self, parts: list[str]) -> dict[str, str] | None:
+        """The path parameters if ``parts`` (the path's segments) are this route's."""
+        pattern = self.path.split("/")
+        if len(parts) != len(pattern):
+            return None
+        found: dict[str, str] = {}
+        for want, got in zip(pattern, parts, strict=True):
+            if want.startswith("{"):
+                found[want[1:-1]] = got
+            elif want != got:
+                return None
+        return found
+
+    def openapi(self) -> dict[str, Any]:
+        """This route's OpenAPI 3 operation: summary, parameters, request body and the
+        schema of every answer."""
+        parameters: list[dict[str, Any]] = [
+            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+            for part in self.path.split("/")
+            if part.startswith("{")
+        ]
+        parameters += [
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": about,
+                "schema": {"type": "string", "description": about},
+            }
+            for name, about in self.query.items()
+        ]
+        operation: dict[str, Any] = {
+            "summary": self.summary,
+            "responses": {
+                "200": {"description": "the answer", **_json_content(self.answer)},
+                **{
+                    str(code): {"description": ERRORS[code], **_json_content(self.failure)}
+                    for code in self.errors
+                },
+            },
+        }
+        if parameters:
+            operation["parameters"] = parameters
+        if self.body is not None:
+            operation["requestBody"] = {"required": True, **_json_content(self.body)}
+        return copy.deepcopy(operation)  # the caller's to change
+
+
+def _json_content(schema: str) -> dict[str, Any]:
+    return {"content": {_JSON: {"schema": api.SCHEMAS[schema]}}}
+
+
+_ACTION_ERRORS = (400, 403, 404, 409, 415, 500, 501, 503)
+#: Every operation of the API (``docs/api.md``): four reads, three job actions, cancel.
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "jobs",
+        "GET",
+        "jobs",
+        "Every job of the cluster, with its schedule, state and stats",
+        answer="jobs",
+        query={"window": _WINDOW},
+    ),
+    Route(
+        "runs",
+        "GET",
+        "runs",
+        "History records, newest first, one page",
+        answer="runs",
+        query=_RUNS_QUERY,
+    ),
+    Route(
+        "instances",
+        "GET",
+        "instances",
+        "The live instances and any schedule mismatch between them",
+        answer="instances",
+    ),
+    Route(
+        "health",
+        "GET",
+        "health",
+        "Whether the store answers",
+        answer="health",
+        errors=(503,),
+        failure="health",
+    ),
+    *(
+        Route(
+            verb,
+            "POST",
+            f"jobs/{{job}}/{verb}",
+            summary,
+            answer=answer,
+            body="action_body",
+            errors=_ACTION_ERRORS,
+        )
+        for verb, answer, summary in (
+            ("pause", "paused", "Pause a job on every instance from its next slot"),
+            ("resume", "paused", "Resume a job from its next slot"),
+            ("trigger", "trigger", "Run a job once now on exactly one live instance"),
+        )
+    ),
+    Route(
+        "cancel",
+        "POST",
+        "runs/cancel",
+        "Cancel a pending or running run",
+        answer="cancel",
+        body="cancel_body",
+        errors=_ACTION_ERRORS,
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +282,8 @@ class DashboardAPI:
                 return route
             if not self._opened and not (self._lent is not None and self._lent()):
                 await self._open()
-            return Reply(200, await route(params, body))
+            handler, found = route
+            return Reply(200, await handler(found, params, body))
         except CapabilityError as exc:
             return _error(501, exc)
         except ConfigurationError as exc:
@@ -129,33 +297,24 @@ class DashboardAPI:
             logger.exception("dashboard API %s /%s failed", method, path)
             return _error(500, exc)
 
-    def _route(self, method: str, parts: list[str]) -> Handler | Reply:
-        reads: dict[str, Handler] = {
-            "jobs": self._jobs,
-            "runs": self._runs,
-            "instances": self._instances,
-            "health": self._health,
-        }
-        if len(parts) == 1 and parts[0] in reads:
-            return reads[parts[0]] if method in ("GET", "HEAD") else _not_allowed("GET")
-        action = self._action(parts)
-        if action is None:
+    def _route(self, method: str, parts: list[str]) -> tuple[Handler, dict[str, str]] | Reply:
+        for route in ROUTES:
+            found = route.match(parts)
+            if found is not None:
+                break
+        else:
             return Reply(404, {"error": f"no API at {'/'.join(parts)!r}: see docs/api.md"})
-        if method != "POST":
-            return _not_allowed("POST")
-        if not self.allow_actions:
+        if method != route.method and not (method == "HEAD" and route.method == "GET"):
+            return Reply(405, {"error": f"method not allowed here: use {route.method}"})
+        if route.action and not self.allow_actions:
             return Reply(403, {"error": "actions are not enabled on this dashboard"})
-        return action
-
-    def _action(self, parts: list[str]) -> Handler | None:
-        if parts == ["runs", "cancel"]:
-            return self._cancel
-        if len(parts) == 3 and parts[0] == "jobs" and parts[2] in _ACTIONS:
-            return self._job_action(parts[2], parts[1])
-        return None
+        handler: Handler = getattr(self, f"_{route.name}")
+        return handler, found
 
     # -- reads -------------------------------------------------------------------------
-    async def _jobs(self, params: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    async def _jobs(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
         window = params.get("window")
         window_ms = api.DEFAULT_WINDOW_MS
         if window is not None:
@@ -166,7 +325,9 @@ class DashboardAPI:
                 )
         return await api.jobs(self.backend, window_ms=window_ms, actions=self.allow_actions)
 
-    async def _runs(self, params: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    async def _runs(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
         return await api.runs(
             self.backend,
             job=params.get("job") or None,
@@ -177,10 +338,14 @@ class DashboardAPI:
             cursor=params.get("cursor") or None,
         )
 
-    async def _instances(self, params: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    async def _instances(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
         return await api.instances(self.backend)
 
-    async def _health(self, params: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    async def _health(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
         now = await self.backend.now_ms()
         try:
             live: int | None = len(await self.backend.instances())
@@ -195,17 +360,28 @@ class DashboardAPI:
         }
 
     # -- actions -----------------------------------------------------------------------
-    def _job_action(self, verb: str, job: str) -> Handler:
-        async def act(params: Mapping[str, str], body: bytes) -> dict[str, Any]:
-            if verb == "trigger":
-                slot = await operations.trigger(self.backend, job, requested_by=self.requested_by)
-                return {"job": job, "slot": slot, "scheduled_at": iso_utc(slot)}
-            await (operations.pause if verb == "pause" else operations.resume)(self.backend, job)
-            return {"job": job, "paused": verb == "pause"}
+    async def _pause(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        await operations.pause(self.backend, path["job"])
+        return {"job": path["job"], "paused": True}
 
-        return act
+    async def _resume(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        await operations.resume(self.backend, path["job"])
+        return {"job": path["job"], "paused": False}
 
-    async def _cancel(self, params: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    async def _trigger(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        job = path["job"]
+        slot = await operations.trigger(self.backend, job, requested_by=self.requested_by)
+        return {"job": job, "slot": slot, "scheduled_at": iso_utc(slot)}
+
+    async def _cancel(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
         job, slot = _cancel_body(body)
         cancelled = await operations.cancel(self.backend, job, slot)
         return {"job": job, "slot": slot, "cancelled": cancelled}
@@ -240,10 +416,6 @@ def _int_param(params: Mapping[str, str], name: str) -> int | None:
     if value is None or not _INT64[0] <= value <= _INT64[1]:
         raise ConfigurationError(f"{name}={text!r} is not valid: give a 64-bit integer")
     return value
-
-
-def _not_allowed(method: str) -> Reply:
-    return Reply(405, {"error": f"method not allowed here: use {method}"})
 
 
 def _error(status: int, exc: BaseException) -> Reply:

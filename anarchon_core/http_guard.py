@@ -18,7 +18,8 @@ they return, if any:
 
 :data:`SECURITY_HEADERS` are the headers every page and API answer carries;
 :func:`json_answer` and :func:`file_answer` build those answers with them, so that a
-host only maps an :class:`HttpAnswer` onto its framework's response class.
+host only maps an :class:`HttpAnswer` onto its framework's response class (for
+Starlette and FastAPI, :func:`anarchon_core.web.starlette_response`).
 """
 
 from __future__ import annotations

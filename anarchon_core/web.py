@@ -44,7 +44,7 @@ from .http_guard import (
     token_matches,
 )
 
-__all__ = ["create_app"]
+__all__ = ["api_response", "create_app", "starlette_response"]
 
 
 def create_app(
@@ -84,26 +84,17 @@ def create_app(
     async def page(request: Request) -> Response:
         # Mounted at a prefix, Starlette redirects "{prefix}" to "{prefix}/", which the
         # page's relative URLs need.
-        return _file("index.html")
+        return starlette_response(file_answer("index.html"))
 
     async def asset(request: Request) -> Response:
-        return _file(request.path_params["name"])
+        return starlette_response(file_answer(request.path_params["name"]))
 
     async def api(request: Request) -> Response:
         if token is not None and not token_matches(_bearer(request), token):
-            return _json(
+            return starlette_response(
                 Reply(401, {"error": "this dashboard needs its token: open it with #token=…"})
             )
-        if allow_actions and request.method == "POST":
-            refusal = action_refusal(request.headers, host=request.headers.get("host"))
-            if refusal is not None:
-                return _json(refusal)
-        body = await request.body()
-        return _json(
-            await endpoints.handle(
-                request.method, request.path_params["path"], request.query_params, body
-            )
-        )
+        return await api_response(request, endpoints, request.path_params["path"])
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -134,7 +125,7 @@ class _HostGuard:
         if scope["type"] in ("http", "websocket"):
             refusal = host_refusal(Headers(scope=scope).get("host"), self.allowed)
             if refusal is not None:
-                await _json(refusal)(scope, receive, send)
+                await starlette_response(refusal)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -147,13 +138,28 @@ def _bearer(request: Request) -> bytes | None:
     return None
 
 
-def _json(reply: Reply) -> Response:
-    return _respond(json_answer(reply))
+async def api_response(
+    request: Request, endpoints: DashboardAPI, path: str, *, trusted_origins: Iterable[str] = ()
+) -> Response:
+    """The API's answer to ``request`` for ``path`` (relative to the API: ``"jobs"``):
+    an action goes through :func:`~anarchon_core.http_guard.action_refusal` first
+    (``trusted_origins`` as checked by
+    :func:`~anarchon_core.http_guard.trusted_origins`). Authentication is the caller's."""
+    if endpoints.allow_actions and request.method == "POST":
+        refusal = action_refusal(
+            request.headers, host=request.headers.get("host"), trusted_origins=trusted_origins
+        )
+        if refusal is not None:
+            return starlette_response(refusal)
+    body = await request.body()
+    return starlette_response(
+        await endpoints.handle(request.method, path, request.query_params, body)
+    )
 
 
-def _file(name: str) -> Response:
-    return _respond(file_answer(name))
-
-
-def _respond(answer: HttpAnswer) -> Response:
+def starlette_response(answer: HttpAnswer | Reply) -> Response:
+    """``answer`` as a Starlette response (a :class:`Reply` through
+    :func:`~anarchon_core.http_guard.json_answer`, with its security headers)."""
+    if isinstance(answer, Reply):
+        answer = json_answer(answer)
     return Response(answer.body, answer.status, headers=dict(answer.headers))

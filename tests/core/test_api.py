@@ -11,9 +11,10 @@ from typing import Any, TypeVar
 import pytest
 
 from anarchon_core import Scheduler, api
+from anarchon_core.api import SCHEMAS
 from anarchon_core.backend import ClaimRequest, InstanceInfo, Lease, TakeoverRequest
 from anarchon_core.backends.memory import MemoryBackend
-from anarchon_core.endpoints import DashboardAPI, dashboard_file
+from anarchon_core.endpoints import ROUTES, DashboardAPI, dashboard_file
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import Job
 from anarchon_core.records import HistoryQuery, Origin, Outcome, RunRecord, Status
@@ -351,3 +352,64 @@ def test_the_dashboard_files_are_packaged_and_nothing_else_is_served() -> None:
     assert page is not None and page[1].startswith("text/html")
     assert b'src="dashboard.js"' in page[0] and b"http" not in page[0].split(b"<body")[0]
     assert dashboard_file("../pyproject.toml") is None and dashboard_file("api.py") is None
+
+
+# -- the route table and its schemas -------------------------------------------------------
+def test_every_route_is_dispatched_and_its_answers_match_its_schemas() -> None:
+    """Each route of ``ROUTES`` answers with the body its OpenAPI operation describes,
+    for success and for every error; the table is what ``DashboardAPI`` routes on."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    c = Cluster()
+    run(c.register("a:1:aaaaaa", job("sync")))
+    lease = run(c.run("sync", START, Status.RUNNING))
+    endpoints = DashboardAPI(c.backend, allow_actions=True, requested_by="test")
+    closed = DashboardAPI(c.backend)
+    bodies = {"cancel": {"job": "sync", "slot": lease.slot}}
+    assert sorted(r.name for r in ROUTES) == sorted(
+        ["jobs", "runs", "instances", "health", "pause", "resume", "trigger", "cancel"]
+    )
+    for route in ROUTES:
+        path = route.path.format(job="sync")
+        responses = route.openapi()["responses"]
+        answers = [call(endpoints, route.method, path, bodies.get(route.name, {}))]
+        if route.action:
+            answers.append(call(closed, route.method, path, {}))  # 403: actions are off
+            answers.append(call(endpoints, route.method, path.replace("sync", "bad name!"), {}))
+        else:
+            answers.append(call(endpoints, "POST", path))  # 405, in the error's shape
+        for status, body in answers:
+            assert str(status) in responses or status == 405, (route.name, status, body)
+            documented = responses.get(str(status))
+            schema = documented["content"]["application/json"]["schema"] if documented else None
+            jsonschema_rs.validate(schema or SCHEMAS["error"], body)
+    bad = call(endpoints, "GET", "runs", limit="many")
+    assert bad[0] == 400
+    jsonschema_rs.validate(SCHEMAS["error"], bad[1])
+    jsonschema_rs.validate(SCHEMAS["cancel_body"], bodies["cancel"])
+    assert not jsonschema_rs.is_valid(SCHEMAS["runs"], {"runs": [{"job": "sync"}]})
+
+
+def test_the_openapi_operations() -> None:
+    by_name = {route.name: route.openapi() for route in ROUTES}
+    runs = by_name["runs"]
+    assert [p["name"] for p in runs["parameters"]] == [
+        "job", "status", "since", "until", "limit", "cursor"
+    ]  # fmt: skip
+    assert all(p["in"] == "query" and not p["required"] for p in runs["parameters"])
+    assert "requestBody" not in runs and sorted(runs["responses"]) == [
+        "200", "400", "500", "501", "503"
+    ]  # fmt: skip
+    pause = by_name["pause"]
+    assert pause["parameters"] == [
+        {"name": "job", "in": "path", "required": True, "schema": {"type": "string"}}
+    ]
+    assert pause["requestBody"]["required"] is True
+    assert list(pause["requestBody"]["content"]) == ["application/json"]
+    assert {"403", "409", "415"} <= set(pause["responses"])
+    health = by_name["health"]["responses"]
+    assert sorted(health) == ["200", "503"]
+    assert health["503"]["content"] == health["200"]["content"]  # unavailable, same shape
+    # Each call is a fresh copy: a host may change what it publishes.
+    by_name["jobs"]["responses"]["200"]["content"]["application/json"]["schema"]["x"] = 1
+    assert "x" not in SCHEMAS["jobs"]
+    assert [r for r in ROUTES if r.action] == [r for r in ROUTES if r.method == "POST"]

@@ -25,7 +25,6 @@ from fastapi.testclient import TestClient
 from anarchon_core import MemoryBackend, RunContext, Scheduler, SchedulerStateError
 from anarchon_core.errors import ConfigurationError
 from anarchon_fastapi import SchedulerDep, lifespan, router
-from anarchon_fastapi._models import HealthAnswer, InstancesAnswer, JobsAnswer, RunsAnswer
 
 JSON = {"Content-Type": "application/json"}
 
@@ -209,15 +208,15 @@ def test_the_json_api_reads_the_schedulers_store() -> None:
 
     with TestClient(api_app(scheduler)) as client:
         wait_until(lambda: client.get("/anarchon/api/runs?job=report").json()["runs"])
-        jobs = JobsAnswer.model_validate(client.get("/anarchon/api/jobs").json())
-        assert [j.job for j in jobs.jobs] == ["report"] and jobs.actions is False
+        jobs = client.get("/anarchon/api/jobs").json()
+        assert [j["job"] for j in jobs["jobs"]] == ["report"] and jobs["actions"] is False
         runs = client.get("/anarchon/api/runs", params={"job": "report", "limit": "1"})
         assert runs.headers["cache-control"] == "no-store"
-        assert RunsAnswer.model_validate(runs.json()).runs[0].job == "report"
-        instances = InstancesAnswer.model_validate(client.get("/anarchon/api/instances").json())
-        assert [i.instance_id for i in instances.instances] == ["unit:1"]
-        health = HealthAnswer.model_validate(client.get("/anarchon/api/health").json())
-        assert health.status == "ok" and health.instances == 1
+        assert runs.json()["runs"][0]["job"] == "report"
+        instances = client.get("/anarchon/api/instances").json()["instances"]
+        assert [i["instance_id"] for i in instances] == ["unit:1"]
+        health = client.get("/anarchon/api/health").json()
+        assert health["status"] == "ok" and health["instances"] == 1
 
         bad = client.get("/anarchon/api/runs?limit=many")
         assert bad.status_code == 400 and "limit='many'" in bad.json()["error"]
