@@ -1,42 +1,60 @@
-"""``anarchon_celery.Scheduler``: a ``celery.beat.Scheduler`` whose entries run exactly once.
+"""``anarchon_celery.Scheduler``: every beat maps ``beat_schedule`` and the ``anarchon_*``
+settings to the same jobs (validated at start, with no I/O); the store picks one winner
+per (job, slot), and only the winner sends the task.
 
-Every beat process (or ``worker -B``) builds the same anarchon jobs from ``beat_schedule``;
-the anarchon store picks one winner per (job, slot), and only the winner sends the task.
-
-Sends run in one daemon thread per beat, in order, on beat's own publishing producer (as
-stock beat publishes): a thread per send and a producer-pool acquire per send cost about
-as much CPU as the send itself, and beat is bound by one core (the GIL).
+Sends run in order in one daemon thread per beat, on beat's own publishing producer: a
+thread and a producer-pool acquire per send cost about as much CPU as the send itself,
+and beat is bound by one core (the GIL).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hashlib
 import logging
+import os
 import queue
+import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from itertools import groupby
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from celery import beat  # type: ignore[import-untyped]
+from celery.schedules import crontab, schedule, solar  # type: ignore[import-untyped]
 
 from anarchon_core.backend import local_note
 from anarchon_core.backends import backend_from_url, mask_url
 from anarchon_core.background import BackgroundScheduler
 from anarchon_core.context import RunContext
 from anarchon_core.errors import ConfigurationError
+from anarchon_core.job import validate_option_keys
+from anarchon_core.names import MAX_NAME_LENGTH, NAMESPACE_FORM, validate_job_name
+from anarchon_core.redact import brief_url
 from anarchon_core.scheduler import Scheduler as CoreScheduler
+from anarchon_core.schedules import Cron, Every, Schedule
+from anarchon_core.settings import SCHEDULER_SETTINGS, Setting, one_of
+from anarchon_core.settings import read_settings as read_core_settings
 
-from ._mapping import EntryPlan, Settings, app_zone, plan_entry, read_settings
-
-__all__ = ["TICK_SECONDS", "Scheduler", "task_id_for"]
+__all__ = ["TICK_SECONDS", "Scheduler", "cron_expression", "job_name", "task_id_for"]
 
 logger = logging.getLogger("anarchon.celery")
 
 #: The longest sleep ``tick()`` asks for, so beat notices a fatal engine error quickly.
 TICK_SECONDS = 1.0
+#: Most sends answered to the engine in one wake-up of its loop.
+ANSWER_BATCH = 32
 _TASK_ID_NAMESPACE = uuid.UUID("6f1c1f4e-3a5e-5a43-9d53-6e6172636860")
+
+#: A queued send: the engine-loop future its run awaits, and the call.
+_Send = tuple["asyncio.Future[None]", Callable[[], None]]
+_Answer = tuple["asyncio.Future[None]", Exception | None]
 
 
 def task_id_for(job: str, slot: int) -> str:
@@ -44,28 +62,201 @@ def task_id_for(job: str, slot: int) -> str:
     return str(uuid.uuid5(_TASK_ID_NAMESPACE, f"{job}@{slot}"))
 
 
-#: Most sends answered to the engine in one wake-up of its loop.
-ANSWER_BATCH = 32
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]+")
+
+#: Per-entry keys of ``anarchon_entries``: the schedule's, then job options.
+_JOB_OPTION_KEYS = ("jitter_ms", "catch_up", "max_attempts", "retries", "timeout_ms")
+ENTRY_KEYS = ("tz", "offset", *_JOB_OPTION_KEYS)
 
 
-class _Send:
-    """One queued send: the call and the engine-loop future its run awaits."""
+def _entries(value: Any, _values: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
+    if isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values()):
+        return value
+    raise ValueError
 
-    __slots__ = ("call", "future")
 
-    def __init__(self, future: asyncio.Future[None], call: Callable[[], None]) -> None:
-        self.future = future
-        self.call = call
+#: The ``anarchon_*`` settings of this adapter, besides the core's (``anarchon_backend``,
+#: ``anarchon_jitter_ms``, …). A ``None`` catch-up is ``"latest"`` on a lease store, else
+#: ``"none"``; a ``None`` backend is :func:`default_store`'s.
+_NAMESPACE = SCHEDULER_SETTINGS["namespace"]
+CELERY_SETTINGS: Mapping[str, Setting] = {
+    "namespace": replace(_NAMESPACE, form=f"a name of {NAMESPACE_FORM} (default: the app's name)"),
+    "catch_up": replace(SCHEDULER_SETTINGS["catch_up"], default=None),
+    "entries": Setting(f"a dict of entry name -> dict of {', '.join(ENTRY_KEYS)}", _entries, {}),
+    "task_id": Setting(
+        "'deterministic' (uuid5 of job and slot) or 'random'",
+        one_of("deterministic", "random"),
+        "deterministic",
+    ),
+    "allow_local_tz": Setting("True or False", one_of(True, False), False),
+}
+
+
+def default_store(app: Any) -> str:
+    """The store of a beat given no ``anarchon_backend``: ``$ANARCHON_BACKEND``, else the
+    broker's Redis (shared by every beat, as redbeat does; keys under ``anarchon:``).
+
+    :raises ConfigurationError: neither (a silent per-host file would send each entry
+        once per host), saying what to set."""
+    env = os.environ.get("ANARCHON_BACKEND")
+    if env:
+        return env
+    broker = app.conf.broker_url
+    first = broker.split(";", 1)[0].strip() if isinstance(broker, str) else ""
+    parts = urlsplit(first)
+    if parts.scheme in ("redis", "rediss"):
+        # Only the server, credentials and database: kombu's own query options are not
+        # redis-py's, and the lease strategy is the one that takes runs over.
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, "strategy=lease", ""))
+    raise ConfigurationError(
+        f"anarchon_backend is not set and the broker ({brief_url(broker or 'amqp://')}) is "
+        "not Redis: set anarchon_backend (or $ANARCHON_BACKEND) to a store every beat "
+        "shares, e.g. 'redis://host:6379/0' or 'postgresql://host/db', or to "
+        "'sqlite:///anarchon.sqlite3' when every beat runs on this one host"
+    )
+
+
+def read_settings(app: Any) -> dict[str, Any]:
+    """The ``anarchon_*`` settings by name, the store and namespace resolved.
+
+    :raises ConfigurationError: listing every problem the core's reader found."""
+    given = {
+        str(key): value
+        for key, value in app.conf.items()
+        if str(key).lower().startswith("anarchon_") and value is not None
+    }
+    given.setdefault("anarchon_namespace", app.main)  # checked as if given
+    values, found = read_core_settings(
+        given, spell=lambda name: f"anarchon_{name}", extra=CELERY_SETTINGS
+    )
+    problems = [str(problem) for problem in found]
+    if "anarchon_backend" not in given:
+        try:
+            values["backend"] = default_store(app)
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+    if given["anarchon_namespace"] is None:
+        problems.append(
+            "anarchon_namespace is not set and the Celery app has no main name: set "
+            "anarchon_namespace (job names in the store are '{namespace}:{entry name}')"
+        )
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+    return values
+
+
+def app_zone(app: Any, allow_local_tz: bool) -> str:
+    """The IANA zone crontab entries are evaluated in, as Celery does (``app.timezone``)."""
+    tz = app.conf.timezone or ("UTC" if app.conf.enable_utc else None)
+    if tz is None and not allow_local_tz:
+        raise ConfigurationError(
+            "enable_utc=False with no timezone means the machine's local zone, which may "
+            "differ between beat hosts: set timezone = '<IANA zone>' (or "
+            "anarchon_allow_local_tz = True to use this host's zone)"
+        )
+    if tz is None and (tz := _local_zone_name()) is None:
+        raise ConfigurationError(
+            "anarchon_allow_local_tz = True but this host's IANA zone cannot be determined "
+            "(neither TZ nor /etc/localtime names one): set timezone = '<IANA zone>'"
+        )
+    key = getattr(tz, "key", None) or getattr(tz, "zone", None) or tz
+    if not isinstance(key, str):
+        raise ConfigurationError(f"timezone {tz!r} is not valid: give an IANA zone name")
+    return key
+
+
+def _local_zone_name() -> str | None:
+    tz = os.environ.get("TZ", "").lstrip(":")
+    if (tz and "/" in tz) or tz == "UTC":
+        return tz
+    with contextlib.suppress(OSError):
+        _, marker, name = str(Path("/etc/localtime").resolve()).partition("zoneinfo/")
+        return name if marker else None
+    return None
+
+
+def job_name(entry: str, namespace: str) -> str:
+    """The job name of a beat entry: the name itself when the core accepts it within the
+    store name's length (``"{namespace}:{job name}"``), else a stable slug plus a hash."""
+    room = MAX_NAME_LENGTH - len(namespace) - 1
+    if len(entry) <= room:
+        with contextlib.suppress(ConfigurationError):
+            return validate_job_name(entry)
+    digest = hashlib.sha256(entry.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    slug = _UNSAFE.sub("-", entry).strip("-_.:")
+    slug = slug[: room - len(digest) - 1].rstrip("-_.:") or "entry"
+    return f"{slug}-{digest}"
+
+
+def _compress(values: set[int], low: int, high: int) -> str:
+    """A cron field for an expanded Celery set: ``*`` when full, else ranges and numbers."""
+    ordered = sorted(values)
+    if ordered == list(range(low, high + 1)):
+        return "*"
+    runs = [[v for _, v in run] for _, run in groupby(enumerate(ordered), lambda p: p[1] - p[0])]
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def cron_expression(spec: Any) -> str:
+    """The 5-field cron expression for a Celery ``crontab`` (from its expanded sets)."""
+    sets = (spec.minute, spec.hour, spec.day_of_month, spec.month_of_year, spec.day_of_week)
+    bounds = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+    return " ".join(_compress(values, *bound) for values, bound in zip(sets, bounds, strict=True))
+
+
+_relative_logged: set[str] = set()
+
+
+def plan_entry(
+    entry: Any, extra: Mapping[str, Any], zone: Callable[[], str]
+) -> tuple[Schedule, dict[str, Any]]:
+    """One ``ScheduleEntry`` and its ``anarchon_entries`` keys as a schedule and job
+    options (``zone()``: the app's); refuse what cannot map (the caller names the entry)."""
+    name, spec, kind = entry.name, entry.schedule, type(entry.schedule)
+    own = f"anarchon_entries[{name!r}]"
+    unknown = sorted(set(extra) - set(ENTRY_KEYS))
+    if unknown:
+        raise ConfigurationError(
+            f"{own}: unknown key {unknown[0]!r}; accepted keys: " + ", ".join(ENTRY_KEYS)
+        )
+    if kind not in (schedule, crontab):
+        what = "solar schedules are"
+        if not isinstance(spec, solar):
+            what = f"schedule {spec!r} ({kind.__name__}) is"
+        raise ConfigurationError(
+            f"{what} not supported by anarchon: use crontab or an interval (a number of "
+            "seconds, a timedelta or celery.schedules.schedule)"
+        )
+    if spec.nowfun is not None:
+        raise ConfigurationError(
+            f"{kind.__name__}(nowfun=...) is not supported: anarchon computes slots from the "
+            f"wall clock, crontab entries in an explicit zone (timezone or {own}['tz']); "
+            "remove nowfun"
+        )
+    wrong, applies = ("tz", "crontab") if kind is schedule else ("offset", "interval")
+    if wrong in extra:
+        raise ConfigurationError(f"{own}: key {wrong!r} applies to {applies} entries only")
+    if kind is crontab:
+        result: Schedule = Cron(
+            cron_expression(spec), extra["tz"] if "tz" in extra else zone(), day_or=False
+        )
+    else:
+        if spec.relative and name not in _relative_logged:
+            _relative_logged.add(name)
+            logger.debug("beat entry %r: relative=True is ignored: slots lie on the grid", name)
+        result = Every(spec.run_every, extra.get("offset"))  # the core checks both
+    options = {key: extra[key] for key in _JOB_OPTION_KEYS if key in extra}
+    return result, validate_option_keys(options, own)
+
+
+# -- sending ---------------------------------------------------------------------------
 
 
 class _Sender:
-    """One daemon thread that runs the winners' sends, in order.
-
-    A daemon thread, so that a send hanging on a broker that never answers cannot keep
-    the process alive past the grace period; a send whose run was cancelled before it
-    started (grace expired, lease lost) is dropped. Outcomes go back to the engine's
-    loop in batches (one wake-up per :data:`ANSWER_BATCH` sends, or when the queue runs
-    dry): a wake-up per send cost as much as the rest of the hand-off.
+    """One daemon thread (a send hanging on a dead broker cannot outlive the grace period)
+    that runs the winners' sends in order, dropping those whose run was cancelled first.
+    Outcomes reach the engine's loop in batches (one wake-up per :data:`ANSWER_BATCH` sends
+    or when the queue runs dry): a wake-up per send cost as much as the rest of the hand-off.
     """
 
     def __init__(self) -> None:
@@ -74,19 +265,14 @@ class _Sender:
 
     def submit(self, call: Callable[[], None]) -> asyncio.Future[None]:
         """Queue ``call``; the returned future (of the running loop) ends with it."""
-        send = _Send(asyncio.get_running_loop().create_future(), call)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with self._lock:
             if self._queue is None:
                 self._queue = queue.SimpleQueue()
-                thread = threading.Thread(
-                    target=self._serve,
-                    args=(self._queue,),
-                    name="anarchon-celery-send",
-                    daemon=True,
-                )
-                thread.start()
-            self._queue.put(send)
-        return send.future
+                name = "anarchon-celery-send"
+                threading.Thread(target=_serve, args=(self._queue,), name=name, daemon=True).start()
+            self._queue.put((future, call))
+        return future
 
     def close(self) -> None:
         """Let the thread end after the sends already queued (never waits for it)."""
@@ -95,48 +281,46 @@ class _Sender:
         if pending is not None:
             pending.put(None)
 
-    @staticmethod
-    def _serve(pending: queue.SimpleQueue[_Send | None]) -> None:
-        answers: list[tuple[_Send, Exception | None]] = []
-        while True:
-            if answers and (len(answers) >= ANSWER_BATCH or pending.empty()):
-                _answer(answers)
-                answers = []
-            send = pending.get()
-            if send is None:
-                break
-            if send.future.cancelled():  # read across threads: at worst sent, then dropped
-                continue
-            try:
-                send.call()
-            except Exception as exc:  # delivered to the run, which records it
-                answers.append((send, exc))
-            except BaseException as exc:  # SystemExit & co. would end the engine's loop
-                answers.append((send, RuntimeError(f"the send raised {exc!r}")))
-            else:
-                answers.append((send, None))
-        _answer(answers)
+
+def _serve(pending: queue.SimpleQueue[_Send | None]) -> None:
+    answers: list[_Answer] = []
+    while True:
+        if answers and (len(answers) >= ANSWER_BATCH or pending.empty()):
+            _answer(answers)
+            answers = []
+        send = pending.get()
+        if send is None:
+            break
+        future, call = send
+        if future.cancelled():  # read across threads: at worst sent, then dropped
+            continue
+        try:
+            call()
+            answers.append((future, None))
+        except Exception as exc:  # delivered to the run, which records it
+            answers.append((future, exc))
+        except BaseException as exc:  # SystemExit & co. would end the engine's loop
+            answers.append((future, RuntimeError(f"the send raised {exc!r}")))
+    _answer(answers)
 
 
-def _answer(answers: list[tuple[_Send, Exception | None]]) -> None:
+def _answer(answers: list[_Answer]) -> None:
     """Hand outcomes to their loops, one ``call_soon_threadsafe`` per loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Send, Exception | None]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Answer]] = {}
     for answer in answers:
-        by_loop.setdefault(answer[0].future.get_loop(), []).append(answer)
+        by_loop.setdefault(answer[0].get_loop(), []).append(answer)
     for loop, batch in by_loop.items():
         with contextlib.suppress(RuntimeError):  # a closed loop: abandoned at stop
             loop.call_soon_threadsafe(_settle, batch)
 
 
-def _settle(batch: list[tuple[_Send, Exception | None]]) -> None:
+def _settle(batch: list[_Answer]) -> None:
     """On the loop: end each send's future (unless its run gave up waiting)."""
-    for send, exc in batch:
-        if send.future.done():
-            continue
-        if exc is None:
-            send.future.set_result(None)
-        else:
-            send.future.set_exception(exc)
+    for future, exc in batch:
+        if not future.done() and exc is not None:
+            future.set_exception(exc)
+        elif not future.done():
+            future.set_result(None)
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
@@ -147,8 +331,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     """
 
     def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
-        self._settings: Settings | None = None
-        self._plans: dict[str, EntryPlan] = {}
+        self._settings: dict[str, Any] = {}
         self._core: CoreScheduler | None = None
         self._background: BackgroundScheduler | None = None
         self._lifecycle = threading.Lock()
@@ -160,124 +343,81 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         """Read the entries as beat does and map every one; refuse what cannot map."""
         super().setup_schedule()
         settings = read_settings(self.app)
-        unknown = sorted(set(settings.entries) - set(self.schedule))
+        entries = settings["entries"]
+        unknown = sorted(set(entries) - set(self.schedule))
         if unknown:
             raise ConfigurationError(
                 f"anarchon_entries names {unknown[0]!r}, which is not a beat_schedule entry; "
                 f"entries: {', '.join(sorted(self.schedule)) or '(none)'}"
             )
-        needs_zone = any(
-            type(e.schedule).__name__ == "crontab" and "tz" not in settings.entries.get(n, {})
-            for n, e in self.schedule.items()
-        )
-        zone = app_zone(self.app, settings.allow_local_tz) if needs_zone else "UTC"
-        plans: dict[str, EntryPlan] = {}
-        seen: dict[str, str] = {}
+        given = {name: settings[name] for name in SCHEDULER_SETTINGS}
+        given["backend"] = store = backend_from_url(settings["backend"])
+        given["catch_up"] = settings["catch_up"] or ("none", "latest")[store.capabilities.lease]
+        core = CoreScheduler(**given)
+        zone = functools.partial(app_zone, self.app, settings["allow_local_tz"])
         for name in sorted(self.schedule):
-            plan = plan_entry(self.schedule[name], settings, zone)
-            if plan.name in seen:
-                raise ConfigurationError(
-                    f"beat entries {seen[plan.name]!r} and {name!r} map to the same job name "
-                    f"{plan.name!r}: rename one"
-                )
-            seen[plan.name] = name
-            plans[name] = plan
-        self._settings, self._plans = settings, plans
-        self._core = self._build_core(settings, plans)
-
-    def _build_core(self, settings: Settings, plans: dict[str, EntryPlan]) -> CoreScheduler:
-        defaults: dict[str, Any] = {}
-        if settings.jitter_ms is not None:
-            defaults["jitter_ms"] = settings.jitter_ms
-        core = CoreScheduler(
-            settings.backend,
-            namespace=settings.namespace,
-            instance_id=settings.instance_id,
-            grace_ms=settings.grace_ms,
-            candidates=settings.candidates,
-            **settings.scheduler,
-            **defaults,
-        )
-        catch_up = settings.catch_up
-        if catch_up is None:
-            catch_up = "latest" if core.backend.capabilities.lease else "none"
-        for name, plan in plans.items():
-            options = dict(plan.options)
-            if settings.catch_up is not None or core.backend.capabilities.lease:
-                options.setdefault("catch_up", catch_up)
             try:
-                core.add_job(plan.name, plan.schedule, self._handler(name, plan), **options)
+                spec, options = plan_entry(self.schedule[name], entries.get(name, {}), zone)
+                job = job_name(name, settings["namespace"])
+                core.add_job(job, spec, self._handler(name), **options)
             except ConfigurationError as exc:
+                if str(exc).startswith("anarchon_entries"):
+                    raise
                 raise ConfigurationError(f"beat entry {name!r}: {exc}") from None
         core.validate()  # lease-only options on a claim-only store: refuse now
-        return core
+        self._settings, self._core = settings, core
 
-    def _handler(self, entry_name: str, plan: EntryPlan) -> Any:
+    def _handler(self, entry_name: str) -> Any:
         async def send(ctx: RunContext) -> None:
-            await self._sender.submit(lambda: self._send(entry_name, plan, ctx))
+            await self._sender.submit(lambda: self._send(entry_name, ctx))
 
         send.__name__ = send.__qualname__ = f"send:{entry_name}"
         return send
 
-    def _send(self, entry_name: str, plan: EntryPlan, ctx: RunContext) -> None:
-        """Send the entry's task for this run (in the sender thread) on beat's producer.
-
-        A publish error fails the attempt.
-        """
+    def _send(self, entry_name: str, ctx: RunContext) -> None:
+        """Send the entry's task (in the sender thread); a publish error fails the attempt."""
+        assert self._core is not None
         entry = self.schedule[entry_name]
         args = beat._evaluate_entry_args(entry.args)
         kwargs = beat._evaluate_entry_kwargs(entry.kwargs)
         options = dict(entry.options)
-        headers = dict(options.get("headers") or {})
-        headers.setdefault("celery_beat_task", True)
-        assert self._settings is not None
-        job = f"{self._settings.namespace}:{plan.name}"
+        job = self._core.jobs[ctx.job].store_name
+        headers = {"celery_beat_task": True, **(options.get("headers") or {})}
         headers.update(anarchon_job=job, anarchon_slot=ctx.slot, anarchon_attempt=ctx.attempt)
         options["headers"] = headers
         if "task_id" not in options:
-            options["task_id"] = (
-                str(uuid.uuid4())
-                if self._settings.task_id == "random"
-                else task_id_for(job, ctx.slot)
-            )
+            random = self._settings["task_id"] == "random"
+            options["task_id"] = str(uuid.uuid4()) if random else task_id_for(job, ctx.slot)
         ctx.meta["task_id"] = options["task_id"]
         ctx.logger.info("sending %s (%s) as %s", entry_name, entry.task, options["task_id"])
         self.app.send_task(entry.task, args, kwargs, producer=self.producer, **options)
 
     # -- beat's loop ------------------------------------------------------------------
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """Start the engine on the first call; then report how long beat may sleep.
-
-        :raises Exception: the engine failed for good (beat then stops).
-        """
+        """Start the engine on the first call, then say how long beat may sleep; raise when
+        the engine failed for good (beat then stops)."""
         with self._lifecycle:
             if self._core is None:
                 self.setup_schedule()
-            core = self._core
-            assert core is not None
-            if self._background is None:
-                background = BackgroundScheduler(core)
+            if (background := self._background) is None:
+                assert self._core is not None
+                background = BackgroundScheduler(self._core)
                 background.start()
                 self._background = background
-        failed = core.failed
+        failed = background.scheduler.failed
         if failed is not None:
             raise RuntimeError(f"anarchon cannot use its store: {failed}") from failed
-        if not self._background.running:
+        if not background.running:
             raise RuntimeError("the anarchon scheduler thread ended unexpectedly")
         return float(min(self.max_interval or TICK_SECONDS, TICK_SECONDS))
 
     def close(self) -> None:
-        """Stop claiming, hand in-flight sends over within ``anarchon_grace_ms``.
-
-        Idempotent and never raises.
-        """
+        """Stop claiming, hand in-flight sends over within ``anarchon_grace_ms``; idempotent,
+        never raises (nor does ``BackgroundScheduler.stop``)."""
         with self._lifecycle:
             background, self._background = self._background, None
         if background is not None:
-            try:
-                background.stop()
-            except Exception:  # pragma: no cover - BackgroundScheduler.stop never raises
-                logger.exception("anarchon scheduler did not stop cleanly")
+            background.stop()
         self._sender.close()
         try:
             super().close()
@@ -287,17 +427,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     @property
     def info(self) -> str:
         """The banner line: store (masked), namespace and entry count. No I/O."""
-        try:
+        try:  # builds the store's adapter only: no connection is made
             settings = self._settings or read_settings(self.app)
+            store = self._core.backend if self._core else backend_from_url(settings["backend"])
         except ConfigurationError as exc:
             return f"anarchon: configuration error: {exc}"
-        count = len(self._plans) if self._plans else len(self.app.conf.beat_schedule or {})
-        try:  # builds the store's adapter only: no connection is made
-            store = self._core.backend if self._core else backend_from_url(settings.backend)
-            local = local_note(store)
-        except ConfigurationError:
-            local = ""
+        count = len(self._core.jobs) if self._core else len(self.app.conf.beat_schedule or {})
         return (
-            f"anarchon: store {mask_url(settings.backend)}{local}, namespace "
-            f"{settings.namespace!r}, {count} entr{'y' if count == 1 else 'ies'}"
+            f"anarchon: store {mask_url(settings['backend'])}{local_note(store)}, namespace "
+            f"{settings['namespace']!r}, {count} entr{'y' if count == 1 else 'ies'}"
         )

@@ -2,32 +2,38 @@
 
 Django reads ``settings.ANARCHON = {"JITTER_MS": 500}``, Celery ``app.conf``'s
 ``anarchon_jitter_ms``: each spells the same scheduler settings its own way.
-:func:`read_settings` checks such a mapping against :data:`SCHEDULER_SETTINGS` and
-never raises: it returns the values that are valid and one :class:`SettingProblem` per
-bad value or unknown key, named as the user spelled it, with the accepted form and,
+:func:`read_settings` checks such a mapping against :data:`SCHEDULER_SETTINGS` (plus
+the host's own settings) and never raises: it returns the value of every setting (the
+valid one given, else the default) and one :class:`SettingProblem` per bad value or
+unknown key, named as the user spelled it, with the accepted form, the default and,
 for a typo, the closest known key. A host then lists them all at once (Django's system
 checks) or refuses to start with all of them (a Celery beat).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
-from collections.abc import Callable, Collection, Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ._candidates import MAX_CANDIDATES, check_candidates
 from .durations import MAX_DURATION_MS, parse_duration_ms
 from .errors import ConfigurationError
-from .job import CATCH_UP_POLICIES
+from .job import CATCH_UP_POLICIES, JobOptions
 from .names import NAMESPACE_FORM, validate_namespace
 from .redact import brief
-from .scheduler import MAX_HEARTBEAT_MS, MAX_INSTANCE_ID_LENGTH
+from .scheduler import MAX_HEARTBEAT_MS, MAX_INSTANCE_ID_LENGTH, Scheduler
 
-__all__ = ["SCHEDULER_SETTINGS", "Setting", "SettingProblem", "read_settings"]
+__all__ = ["SCHEDULER_SETTINGS", "Check", "Setting", "SettingProblem", "one_of", "read_settings"]
 
 Spell = Callable[[str], str]
+#: ``check(value, values)`` returns the value to use or raises :class:`ValueError` or
+#: :class:`ConfigurationError`; ``values`` holds the settings read before (by name).
+Check = Callable[[Any, Mapping[str, Any]], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,20 +53,32 @@ class SettingProblem:
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """How one scheduler setting is checked.
+    """How one setting is checked, and its default.
 
     ``form`` is the accepted form as told to the user; ``{heartbeat_ms}`` in it is
-    replaced by the host's spelling of that key. ``check(value, valid)`` returns the
-    value to use or raises :class:`ValueError` or :class:`ConfigurationError`; ``valid``
-    holds the settings already read (by core name), for rules between settings.
+    replaced by the host's spelling of that key. ``default`` is used when the setting is
+    not given or not valid, and quoted in the hint unless ``None`` (the form says what
+    ``None`` means).
     """
 
     form: str
-    check: Callable[[Any, Mapping[str, Any]], Any]
+    check: Check
+    default: Any = None
+
+
+def one_of(*choices: object) -> Check:
+    """A check that accepts exactly one of ``choices`` (``1`` is not ``True``)."""
+
+    def check(value: Any, _values: Mapping[str, Any]) -> Any:
+        if any(type(value) is type(choice) and value == choice for choice in choices):
+            return value
+        raise ValueError
+
+    return check
 
 
 def _int_between(low: int, high: int) -> Callable[[Any, Mapping[str, Any]], int]:
-    def check(value: Any, _valid: Mapping[str, Any]) -> int:
+    def check(value: Any, _values: Mapping[str, Any]) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ValueError
         return value
@@ -68,14 +86,19 @@ def _int_between(low: int, high: int) -> Callable[[Any, Mapping[str, Any]], int]
     return check
 
 
-def _lease(value: Any, valid: Mapping[str, Any]) -> int | None:
+def _lease(value: Any, values: Mapping[str, Any]) -> int | None:
     if value is None:
         return None
-    heartbeat = valid.get("heartbeat_ms", 2000)
-    return _int_between(2 * heartbeat, MAX_DURATION_MS)(value, valid)
+    return _int_between(2 * values["heartbeat_ms"], MAX_DURATION_MS)(value, values)
 
 
-def _instance_id(value: Any, _valid: Mapping[str, Any]) -> str | None:
+def _store_url(value: Any, _values: Mapping[str, Any]) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    raise ValueError
+
+
+def _instance_id(value: Any, _values: Mapping[str, Any]) -> str | None:
     if value is None:
         return None
     if isinstance(value, str) and value.strip() and len(value) <= MAX_INSTANCE_ID_LENGTH:
@@ -83,66 +106,72 @@ def _instance_id(value: Any, _valid: Mapping[str, Any]) -> str | None:
     raise ValueError
 
 
-def _catch_up(value: Any, _valid: Mapping[str, Any]) -> str:
-    if value not in CATCH_UP_POLICIES:
-        raise ValueError
-    return str(value)
-
-
-def _retention(value: Any, _valid: Mapping[str, Any]) -> str | dt.timedelta:
+def _retention(value: Any, _values: Mapping[str, Any]) -> str | dt.timedelta:
     parse_duration_ms(value, what="history retention")
     return value  # type: ignore[no-any-return]
 
 
-def _candidates(value: Any, _valid: Mapping[str, Any]) -> int | None:
-    return check_candidates(value)
-
-
-def _enabled(value: Any, _valid: Mapping[str, Any]) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise ValueError
-
-
-def _namespace(value: Any, _valid: Mapping[str, Any]) -> str | None:
-    return validate_namespace(value)
+def _stated(settings: Mapping[str, Setting]) -> dict[str, Setting]:
+    """``settings`` with the defaults that ``Scheduler(...)`` and :class:`JobOptions` state."""
+    keywords = inspect.signature(Scheduler).parameters
+    job = {option.name: option.default for option in dataclasses.fields(JobOptions)}
+    return {
+        name: dataclasses.replace(
+            setting, default=keywords[name].default if name in keywords else job[name]
+        )
+        for name, setting in settings.items()
+    }
 
 
 #: The settings of ``Scheduler(...)`` that hosts read from their configuration, by the
 #: keyword's name, in the order they are checked (``lease_ms`` after ``heartbeat_ms``).
-SCHEDULER_SETTINGS: Mapping[str, Setting] = {
-    "namespace": Setting(f"None or a name of {NAMESPACE_FORM}", _namespace),
-    "instance_id": Setting(
-        "None (hostname:pid:random) or a non-empty string of at most "
-        f"{MAX_INSTANCE_ID_LENGTH} characters",
-        _instance_id,
-    ),
-    "jitter_ms": Setting(
-        f"an int of milliseconds >= 0 and <= {MAX_DURATION_MS}", _int_between(0, MAX_DURATION_MS)
-    ),
-    "heartbeat_ms": Setting(
-        f"an int of milliseconds >= 1 and <= {MAX_HEARTBEAT_MS}",
-        _int_between(1, MAX_HEARTBEAT_MS),
-    ),
-    "lease_ms": Setting(
-        "None (3 × {heartbeat_ms}) or an int of ms >= 2 × {heartbeat_ms} and <= "
-        f"{MAX_DURATION_MS}",
-        _lease,
-    ),
-    "grace_ms": Setting(
-        f"an int of milliseconds >= 0 and <= {MAX_DURATION_MS}", _int_between(0, MAX_DURATION_MS)
-    ),
-    "catch_up": Setting("one of " + ", ".join(map(repr, CATCH_UP_POLICIES)), _catch_up),
-    "history_retention": Setting(
-        'a duration such as "7d", "12h", "1d12h" or a timedelta', _retention
-    ),
-    "candidates": Setting(
-        f"an int from 1 to {MAX_CANDIDATES} (instances that claim each run), or None "
-        "(every instance)",
-        _candidates,
-    ),
-    "enabled": Setting("True, False or None (None: $ANARCHON_ENABLED, default on)", _enabled),
-}
+SCHEDULER_SETTINGS: Mapping[str, Setting] = _stated(
+    {
+        "backend": Setting(
+            "a store URL such as 'sqlite:///anarchon.sqlite3' or 'redis://host:6379/0'",
+            _store_url,
+        ),
+        "namespace": Setting(
+            f"None or a name of {NAMESPACE_FORM}", lambda value, _: validate_namespace(value)
+        ),
+        "instance_id": Setting(
+            "None (hostname:pid:random) or a non-empty string of at most "
+            f"{MAX_INSTANCE_ID_LENGTH} characters",
+            _instance_id,
+        ),
+        "jitter_ms": Setting(
+            f"an int of milliseconds >= 0 and <= {MAX_DURATION_MS}",
+            _int_between(0, MAX_DURATION_MS),
+        ),
+        "heartbeat_ms": Setting(
+            f"an int of milliseconds >= 1 and <= {MAX_HEARTBEAT_MS}",
+            _int_between(1, MAX_HEARTBEAT_MS),
+        ),
+        "lease_ms": Setting(
+            "None (3 × {heartbeat_ms}) or an int of ms >= 2 × {heartbeat_ms} and <= "
+            f"{MAX_DURATION_MS}",
+            _lease,
+        ),
+        "grace_ms": Setting(
+            f"an int of milliseconds >= 0 and <= {MAX_DURATION_MS}",
+            _int_between(0, MAX_DURATION_MS),
+        ),
+        "catch_up": Setting(
+            "one of " + ", ".join(map(repr, CATCH_UP_POLICIES)), one_of(*CATCH_UP_POLICIES)
+        ),
+        "history_retention": Setting(
+            'a duration such as "7d", "12h", "1d12h" or a timedelta', _retention
+        ),
+        "candidates": Setting(
+            f"an int from 1 to {MAX_CANDIDATES} (instances that claim each run), or None "
+            "(every instance)",
+            lambda value, _: check_candidates(value),
+        ),
+        "enabled": Setting(
+            "True, False or None (None: $ANARCHON_ENABLED, default on)", one_of(True, False, None)
+        ),
+    }
+)
 
 
 def read_settings(
@@ -150,55 +179,49 @@ def read_settings(
     *,
     spell: Spell,
     label: Spell | None = None,
-    own: Collection[str] = (),
-    defaults: Mapping[str, Any] | None = None,
-    only: Collection[str] | None = None,
+    extra: Mapping[str, Setting] | None = None,
 ) -> tuple[dict[str, Any], list[SettingProblem]]:
-    """Check the scheduler settings in ``raw``; never raises.
+    """Check the settings in ``raw``; never raises.
 
     ``spell(name)`` is the host's key for a setting (``"JITTER_MS"``); ``label(key)``
     how a message shows a key (``"ANARCHON['JITTER_MS']"``; the key itself by default).
-    ``own`` lists the host's keys that it checks itself (known, so not reported as
-    unknown); ``defaults``, by setting name, are quoted in the hints; ``only`` limits
-    the settings read (the others are unknown keys). Returns the valid values given,
-    by setting name, and the problems, unknown keys first.
+    ``extra`` holds the host's own settings by name, checked after the scheduler
+    settings; one named like a scheduler setting replaces it (another default).
+    Returns the value of every setting by name (the valid one given, else the default)
+    and the problems, unknown keys first.
     """
+    settings = {**SCHEDULER_SETTINGS, **(extra or {})}
     show = label or (lambda key: key)
-    names = [name for name in SCHEDULER_SETTINGS if only is None or name in only]
-    keys = {spell(name): name for name in names}
-    known = [*keys, *own]
+    keys = {spell(name): name for name in settings}
+    folded = {key.lower(): key for key in keys}  # JITER_MS and anarchon_jiter_ms alike
     problems: list[SettingProblem] = []
     for key in raw:
-        if key in keys or key in own:
+        if key in keys:
             continue
-        folded = {k.lower(): k for k in known}  # JITER_MS and anarchon_jiter_ms alike
         close = difflib.get_close_matches(str(key).lower(), list(folded), n=1)
         hint = f"did you mean {folded[close[0]]!r}? " if close else ""
         problems.append(
             SettingProblem(
                 str(key),
                 f"{show(str(key))} is not a setting anarchon knows",
-                f"{hint}accepted keys: {', '.join(known)}",
+                f"{hint}accepted keys: {', '.join(keys)}",
                 unknown=True,
             )
         )
-    valid: dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for key, name in keys.items():
+        setting = settings[name]
+        values[name] = setting.default
         if key not in raw:
             continue
-        setting = SCHEDULER_SETTINGS[name]
         try:
-            valid[name] = setting.check(raw[key], valid)
+            values[name] = setting.check(raw[key], values)
         except (ValueError, ConfigurationError):
-            form = setting.form.format(heartbeat_ms=spell("heartbeat_ms"))
-            default = (
-                ""
-                if defaults is None or name not in defaults
-                else f" (default: {defaults[name]!r})"
-            )
+            form = setting.form.replace("{heartbeat_ms}", spell("heartbeat_ms"))
+            default = "" if setting.default is None else f" (default: {setting.default!r})"
             problems.append(
                 SettingProblem(
                     key, f"{show(key)} = {brief(raw[key])} is not valid", f"give {form}{default}"
                 )
             )
-    return valid, problems
+    return values, problems

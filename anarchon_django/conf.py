@@ -11,40 +11,56 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from anarchon_core.backends import backend_from_url
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.redact import brief, brief_url, redact_text
-from anarchon_core.scheduler import DEFAULT_CANDIDATES
+from anarchon_core.settings import SCHEDULER_SETTINGS, Setting
 from anarchon_core.settings import read_settings as read_scheduler_settings
 
-__all__ = ["DEFAULTS", "AnarchonSettings", "Problem", "read_settings"]
+__all__ = ["DJANGO_SETTINGS", "AnarchonSettings", "Problem", "read_settings"]
 
-#: Every accepted key and its default (docs/django.md, Settings reference).
-DEFAULTS: dict[str, Any] = {
-    "BACKEND": "django://default",
-    "NAMESPACE": None,
-    "AUTODISCOVER": "jobs",
-    "IMPORT_PATHS": [],
-    "INSTANCE_ID": None,
-    "JITTER_MS": 500,
-    "HEARTBEAT_MS": 2000,
-    "LEASE_MS": None,
-    "CATCH_UP": "none",
-    "HISTORY_RETENTION": "7d",
-    "GRACE_MS": 10_000,
-    "CANDIDATES": DEFAULT_CANDIDATES,
-    "ENABLED": None,
-}
-
-#: The keys this adapter checks itself; the rest are the core's scheduler settings.
-_OWN_KEYS = ("BACKEND", "AUTODISCOVER", "IMPORT_PATHS")
 #: The database alias of ``django://`` with none named.
 DEFAULT_ALIAS = "default"
 _MODULE = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
+
+
+def _backend(value: Any, _values: Mapping[str, Any]) -> str:
+    # Kept even when bad (E003/E004 say why): the scheduler then refuses to open it, and
+    # the subcommands' default --backend fails on it instead of using another store.
+    return value if isinstance(value, str) else repr(value)
+
+
+def _autodiscover(value: Any, _values: Mapping[str, Any]) -> str | None:
+    if value is None or value is False:
+        return None
+    if isinstance(value, str) and _MODULE.fullmatch(value):
+        return value
+    raise ValueError
+
+
+def _import_paths(value: Any, _values: Mapping[str, Any]) -> tuple[str, ...]:
+    if isinstance(value, list | tuple) and all(
+        isinstance(v, str) and _MODULE.fullmatch(v) for v in value
+    ):
+        return tuple(value)
+    raise ValueError
+
+
+#: The keys of ``ANARCHON`` besides the core's scheduler settings (docs/django.md,
+#: Settings reference), and ``BACKEND``'s default.
+DJANGO_SETTINGS: Mapping[str, Setting] = {
+    "backend": replace(SCHEDULER_SETTINGS["backend"], check=_backend, default="django://default"),
+    "autodiscover": Setting(
+        "a module name looked up in every installed app, or False", _autodiscover, "jobs"
+    ),
+    "import_paths": Setting(
+        'a list of dotted module paths, e.g. ["myproject.jobs"]', _import_paths, ()
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -61,102 +77,54 @@ class Problem:
 class AnarchonSettings:
     """The validated settings (defaults where a value was bad or missing)."""
 
-    backend: str = "django://default"
-    namespace: str | None = None
-    autodiscover: str | None = "jobs"
-    import_paths: tuple[str, ...] = ()
-    instance_id: str | None = None
-    jitter_ms: int = 500
-    heartbeat_ms: int = 2000
-    lease_ms: int | None = None
-    catch_up: str = "none"
-    history_retention: str | dt.timedelta = "7d"
-    grace_ms: int = 10_000
-    candidates: int | None = DEFAULT_CANDIDATES
-    enabled: bool | None = None
+    backend: str
+    namespace: str | None
+    autodiscover: str | None
+    import_paths: tuple[str, ...]
+    instance_id: str | None
+    jitter_ms: int
+    heartbeat_ms: int
+    lease_ms: int | None
+    catch_up: str
+    history_retention: str | dt.timedelta
+    grace_ms: int
+    candidates: int | None
+    enabled: bool | None
     problems: tuple[Problem, ...] = field(default=(), compare=False)
 
     @property
     def django_alias(self) -> str | None:
         """The database alias of a ``django://ALIAS`` backend, else ``None``."""
         if self.backend.startswith("django://"):
-            return self.backend[len("django://") :].split("?", 1)[0].strip("/") or "default"
+            return self.backend[len("django://") :].split("?", 1)[0].strip("/") or DEFAULT_ALIAS
         return None
 
     def scheduler_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``anarchon_core.Scheduler`` (besides the backend)."""
-        return {
-            "namespace": self.namespace,
-            "instance_id": self.instance_id,
-            "heartbeat_ms": self.heartbeat_ms,
-            "lease_ms": self.lease_ms,
-            "history_retention": self.history_retention,
-            "grace_ms": self.grace_ms,
-            "candidates": self.candidates,
-            "enabled": self.enabled,
-            "jitter_ms": self.jitter_ms,
-            "catch_up": self.catch_up,
-        }
+        return {name: getattr(self, name) for name in SCHEDULER_SETTINGS if name != "backend"}
 
 
 def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> AnarchonSettings:
     """Validate ``settings.ANARCHON`` (``raw``); ``databases`` is ``settings.DATABASES``."""
     problems: list[Problem] = []
-    if raw is None:
-        raw = {}
     if not isinstance(raw, Mapping):
-        problems.append(
-            Problem(
-                "anarchon.E001",
-                f"ANARCHON = {raw!r} is not valid: it must be a dict",
-                'e.g. ANARCHON = {"BACKEND": "django://default", "JITTER_MS": 500}',
+        if raw is not None:
+            problems.append(
+                Problem(
+                    "anarchon.E001",
+                    f"ANARCHON = {raw!r} is not valid: it must be a dict",
+                    'e.g. ANARCHON = {"BACKEND": "django://default", "JITTER_MS": 500}',
+                )
             )
-        )
-        return AnarchonSettings(problems=tuple(problems))
+        raw = {}
     values, found = read_scheduler_settings(
-        raw,
-        spell=str.upper,
-        label=lambda key: f"ANARCHON[{key!r}]",
-        own=_OWN_KEYS,
-        defaults={key.lower(): value for key, value in DEFAULTS.items()},
+        raw, spell=str.upper, label=lambda key: f"ANARCHON[{key!r}]", extra=DJANGO_SETTINGS
     )
-    problems.extend(
+    problems += [
         Problem("anarchon.E002" if p.unknown else "anarchon.E005", p.message, p.hint) for p in found
-    )
-
-    def bad(key: str, form: str) -> None:
-        problems.append(
-            Problem(
-                "anarchon.E005",
-                f"ANARCHON[{key!r}] = {brief(raw[key])} is not valid",
-                f"give {form} (default: {DEFAULTS[key]!r})",
-            )
-        )
-
-    if "BACKEND" in raw:
-        backend = raw["BACKEND"]
-        problem = _check_backend(backend, databases)
-        if problem is not None:
-            problems.append(problem)
-        # Kept even when bad: the scheduler then refuses to open it (with the reason),
-        # and the subcommands' default --backend fails on it instead of another store.
-        values["backend"] = backend if isinstance(backend, str) else repr(backend)
-    if "AUTODISCOVER" in raw:
-        value = raw["AUTODISCOVER"]
-        if value is None or value is False:
-            values["autodiscover"] = None
-        elif isinstance(value, str) and _MODULE.fullmatch(value):
-            values["autodiscover"] = value
-        else:
-            bad("AUTODISCOVER", "a module name looked up in every installed app, or False")
-    if "IMPORT_PATHS" in raw:
-        value = raw["IMPORT_PATHS"]
-        if isinstance(value, list | tuple) and all(
-            isinstance(v, str) and _MODULE.fullmatch(v) for v in value
-        ):
-            values["import_paths"] = tuple(value)
-        else:
-            bad("IMPORT_PATHS", 'a list of dotted module paths, e.g. ["myproject.jobs"]')
+    ]
+    if "BACKEND" in raw and (problem := _check_backend(raw["BACKEND"], databases)):
+        problems.append(problem)
     return AnarchonSettings(**values, problems=tuple(problems))
 
 

@@ -288,6 +288,16 @@ def test_missing_namespace_is_an_error(make_app):
         anarchon_celery.Scheduler(app=app)
 
 
+def test_a_main_name_that_is_no_namespace_names_the_key_to_set(make_app):
+    app = make_app({"sync": entry(5)})
+    app.main = "__main__"  # Celery(__name__) in a script
+    with pytest.raises(ConfigurationError) as info:
+        anarchon_celery.Scheduler(app=app)
+    text = str(info.value)
+    assert "anarchon_namespace = '__main__' is not valid: give a name of" in text
+    assert "(default: the app's name)" in text and "is not set" not in text
+
+
 def test_cron_expression_compresses_sets():
     assert anarchon_celery.cron_expression(crontab()) == "* * * * *"
     spec = crontab(minute="0,1,2,10", hour="*/6", day_of_month="1,15", month_of_year="*/3")
