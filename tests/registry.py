@@ -66,9 +66,14 @@ def claim_only_url_factory(name: str) -> Callable[[UrlFactory], UrlFactory]:
 
 
 def load_store_modules() -> None:
-    """Import every ``tests/backends/stores_*.py`` once; each registers its factories."""
+    """Import every ``tests/backends/stores_*.py`` once; each registers its factories.
+
+    Each is imported by its own name, as the backend tests import it, so that a module
+    is never loaded twice (nor its factories registered twice), and ``stores_supplied``
+    finds ``stores_postgres`` from any test directory.
+    """
     for path in sorted((Path(__file__).parent / "backends").glob("stores_*.py")):
-        name = f"anarchon_tests_{path.stem}"
+        name = path.stem
         if name in sys.modules:
             continue
         spec = importlib.util.spec_from_file_location(name, path)
