@@ -20,8 +20,8 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any, TypeVar
 
 from . import __version__
 from ._cli_dashboard import add_dashboard_command
@@ -36,7 +36,15 @@ from .names import validate_job_name, validate_namespace
 from .records import HistoryQuery, Status, iso_utc
 from .scheduler import Scheduler
 
-__all__ = ["build_parser", "load_scheduler", "main", "parse_time_ms"]
+__all__ = [
+    "CliError",
+    "add_commands",
+    "build_parser",
+    "exit_code",
+    "load_scheduler",
+    "main",
+    "parse_time_ms",
+]
 
 T = TypeVar("T")
 
@@ -68,20 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     command: Callable[[argparse.Namespace], int] = args.command
     try:
         return command(args)
-    except CliError as exc:
+    except (CliError, AnarchonError) as exc:
         if args.debug:
             traceback.print_exc()
         print(f"anarchon {args.name}: {exc}", file=sys.stderr)
-        return exc.code
-    except AnarchonError as exc:
-        if args.debug:
-            traceback.print_exc()
-        code = 2 if isinstance(exc, ConfigurationError) else 1
-        print(f"anarchon {args.name}: {exc}", file=sys.stderr)
-        return code
+        return exit_code(exc)
     except KeyboardInterrupt:
         print(f"anarchon {args.name}: interrupted", file=sys.stderr)
         return 130
+
+
+def exit_code(exc: CliError | AnarchonError) -> int:
+    """The exit code of an error reported in one line: a :class:`CliError`'s own, 2 for
+    a :class:`ConfigurationError` (bad usage or configuration), else 1."""
+    if isinstance(exc, CliError):
+        return exc.code
+    return 2 if isinstance(exc, ConfigurationError) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,18 +101,33 @@ def build_parser() -> argparse.ArgumentParser:
         description="A leaderless distributed job scheduler: run it, inspect jobs and history.",
     )
     parser.add_argument("--version", action="version", version=f"anarchon {__version__}")
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    add_commands(parser.add_subparsers(title="commands", metavar="COMMAND", required=True))
+    return parser
 
+
+def add_commands(
+    sub: argparse._SubParsersAction[Any],
+    names: Collection[str] | None = None,
+    *,
+    target: str | None = None,
+    default_store: str = f"$ANARCHON_BACKEND, else {DEFAULT_URL}",
+) -> dict[str, argparse.ArgumentParser]:
+    """Add the subcommands ``names`` (default: all) to ``sub`` (``add_subparsers()``).
+
+    Each parser's default ``command`` runs it: given the parsed namespace, it returns
+    the exit code, or raises :class:`CliError` / :class:`AnarchonError` (see
+    :func:`exit_code`). Given ``target`` (``MODULE:ATTR``), ``run``, ``jobs`` and
+    ``health`` act on that scheduler instead of taking it as an argument, and
+    ``default_store`` is what ``--backend`` defaults to: how a framework's own command
+    (``manage.py anarchon``) offers them. Returns the parsers added, by name.
+    """
+    made: dict[str, argparse.ArgumentParser] = {}
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", help="print tracebacks of errors (normally one line)"
     )
     store = argparse.ArgumentParser(add_help=False)
-    store.add_argument(
-        "--backend",
-        metavar="URL",
-        help=f"store URL (default: $ANARCHON_BACKEND, else {DEFAULT_URL})",
-    )
+    store.add_argument("--backend", metavar="URL", help=f"store URL (default: {default_store})")
 
     def add(
         name: str,
@@ -110,17 +135,26 @@ def build_parser() -> argparse.ArgumentParser:
         help_: str,
         parents: Sequence[argparse.ArgumentParser],
     ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_, parents=[common, *parents])
+        if names is not None and name not in names:
+            return argparse.ArgumentParser(add_help=False)  # not offered: a throwaway
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=help_, description=help_, parents=[common, *parents]
+        )
         p.set_defaults(command=func, name=name)
+        made[name] = p
         return p
 
+    def add_target(p: argparse.ArgumentParser, help_: str, **optional: Any) -> None:
+        if target is None:
+            p.add_argument("target", metavar="MODULE:ATTR", help=help_, **optional)
+        else:
+            p.set_defaults(target=target)
+
     p = add("run", _cmd_run, "run a scheduler in the foreground until SIGINT/SIGTERM", [])
-    p.add_argument("target", metavar="MODULE:ATTR", help="the Scheduler to run, " + TARGET_FORM)
+    add_target(p, "the Scheduler to run, " + TARGET_FORM)
+    keep = "keep it" + ("" if target else f"; a Scheduler built without one uses {default_store}")
     p.add_argument(
-        "--backend",
-        metavar="URL",
-        help="replace the scheduler's own store (default: keep it; a Scheduler built "
-        "without a backend already uses $ANARCHON_BACKEND, else " + DEFAULT_URL + ")",
+        "--backend", metavar="URL", help=f"replace the scheduler's store (default: {keep})"
     )
     p.add_argument("--instance-id", metavar="ID", help="this process's id in the history")
     p.add_argument(
@@ -139,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("jobs", _cmd_jobs, "list a scheduler's jobs and their next slots", [store])
-    p.add_argument("target", metavar="MODULE:ATTR", help="the Scheduler to list, " + TARGET_FORM)
+    add_target(p, "the Scheduler to list, " + TARGET_FORM)
     p.add_argument(
         "--count", type=_nonnegative_int, default=5, metavar="N", help="next slots shown (5)"
     )
@@ -202,11 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduler on this host was seen within 3 heartbeats), else 1",
         [store],
     )
-    p.add_argument(
-        "target",
+    add_target(
+        p,
+        "also require a live instance of this Scheduler on this host: a liveness probe",
         nargs="?",
-        metavar="MODULE:ATTR",
-        help="also require a live instance of this Scheduler on this host: a liveness probe",
     )
     p.add_argument(
         "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after (10)"
@@ -229,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         "$ANARCHON_BACKEND is deliberately ignored)",
     )
     p.add_argument("--keep", action="store_true", help="keep the temporary files and logs")
-    return parser
+    return made
 
 
 # -- argument types -----------------------------------------------------------------

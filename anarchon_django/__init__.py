@@ -7,9 +7,8 @@
     @scheduler.every("orders.sync", "10m", jitter_ms=2000)
     def sync_orders(ctx): ...
 
-``scheduler`` is the project-wide :class:`~anarchon_core.Scheduler` configured from
-``settings.ANARCHON``; it is created on first access and opens no connection until
-``manage.py anarchon run`` (or the ASGI/gunicorn integration) starts it.
+``scheduler``, the project's :class:`~anarchon_core.Scheduler` (``settings.ANARCHON``),
+is created on first access and connects only once started (``manage.py anarchon run``).
 """
 
 from __future__ import annotations

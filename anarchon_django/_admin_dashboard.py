@@ -1,33 +1,14 @@
 """The dashboard inside the Django admin: the page, its two files and the JSON API.
 
-Mounted by :class:`anarchon_django.admin.HistoryRecordAdmin` under
-``/admin/anarchon_django/historyrecord/dashboard/``; every view is wrapped in
-``admin_site.admin_view`` (an active staff session, ``never_cache``, ``csrf_protect``).
-
-**One event loop for the whole process.** The answers come from the core's
-:class:`~anarchon_core.endpoints.DashboardAPI` over a backend of its own, built from
-the project scheduler's store URL (``ANARCHON["BACKEND"]``). A backend belongs to the
-event loop that opened it, but Django gives a view no lasting loop: under WSGI an
-``async def`` view runs in a fresh loop per request, under ASGI in the server's loop
-(shared with an in-process scheduler, which must not be disturbed). So the views are
-plain sync views, and the API runs on a dedicated daemon thread running one event loop
-for the life of the process (:class:`_LoopHost`, on the core's
-:class:`~anarchon_core.loop_thread.LoopThread`): created at the first request, each
-request hands its call over and waits for the answer (at most :data:`TIMEOUT_S`), and
-``atexit`` closes the backend and stops the loop. A forked child (gunicorn
-``--preload``) notices the pid change and starts its own.
-
-**Permissions.** Viewing the dashboard needs the admin's view permission on history
-records; each action needs a model permission of :class:`~anarchon_django.models.
-HistoryRecord` (:data:`ACTION_PERMISSIONS`), checked here before the request reaches
-the API, so a crafted POST without it answers 403. Beyond Django's CSRF check (the page
-sends ``X-CSRFToken``), an action must carry a JSON body (415 otherwise) and come from
-the admin's own origin (403 for a cross-site ``Origin`` or ``Sec-Fetch-Site``; origins
-in ``CSRF_TRUSTED_ORIGINS`` pass), as :mod:`anarchon_core.http_guard` checks for every
-surface. ``api/jobs`` answers
-``"actions": true`` only to users holding at least one of them. Every action goes
-through the store (``DashboardAPI`` → ``anarchon_core.operations``), exactly as the
-command line's.
+Mounted by :class:`anarchon_django.admin.HistoryRecordAdmin` under ``…/historyrecord/
+dashboard/``, every view wrapped in ``admin_site.admin_view`` (staff session,
+``never_cache``, ``csrf_protect``). The answers come from the core's
+:class:`~anarchon_core.endpoints.DashboardAPI` over a store of its own, on one loop
+thread per process (a backend belongs to the loop that opened it, and Django gives a
+view no lasting loop): started at the first request, closed at exit, started afresh in
+a forked child. Each action needs its model permission (:data:`ACTION_PERMISSIONS`,
+403 otherwise), a JSON body and the admin's own origin
+(:func:`anarchon_core.http_guard.action_refusal`), beyond Django's CSRF check.
 """
 
 from __future__ import annotations
@@ -47,7 +28,7 @@ from django.http.request import RawPostDataException
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from anarchon_core.backends import backend_from_url
-from anarchon_core.endpoints import DashboardAPI, Reply
+from anarchon_core.endpoints import ROUTES, DashboardAPI, Reply
 from anarchon_core.http_guard import (
     SECURITY_HEADERS,
     HttpAnswer,
@@ -58,24 +39,12 @@ from anarchon_core.http_guard import (
 from anarchon_core.loop_thread import LoopThread
 from anarchon_core.redact import redact_text
 
-__all__ = [
-    "ACTION_PERMISSIONS",
-    "TIMEOUT_S",
-    "api_view",
-    "asset_view",
-    "close_dashboard",
-    "may_act",
-    "page_view",
-    "required_permission",
-    "unavailable_reply",
-]
-
 logger = logging.getLogger("anarchon.django.admin")
 
 #: How long a request waits for the store's answer before answering 504.
 TIMEOUT_S = 30.0
 
-#: The permission each action needs (codenames of ``HistoryRecord.Meta.permissions``).
+#: The permission each action (a route of ``endpoints.ROUTES``) needs: a model permission.
 ACTION_PERMISSIONS = {
     "pause": "anarchon_django.pause_job",
     "resume": "anarchon_django.pause_job",
@@ -88,11 +57,8 @@ _SECURITY_HEADERS = {**SECURITY_HEADERS, "Referrer-Policy": "same-origin"}
 
 
 def unavailable_reply(url: str, exc: BaseException) -> Reply:
-    """The 503 for a ``BACKEND`` the dashboard cannot build: the reason, never a secret.
-
-    The error text may quote the URL (or a driver's echo of it), and staff users who
-    may read the dashboard need not be those who may read the settings.
-    """
+    """The 503 for a ``BACKEND`` the dashboard cannot build: the reason, never a secret
+    (staff users who may read the dashboard need not be those who may read the settings)."""
     error = redact_text(str(exc), url)
     return Reply(503, {"status": "unavailable", "backend": "?", "error": error})
 
@@ -103,7 +69,7 @@ class _LoopHost:
     def __init__(self) -> None:
         self.thread = LoopThread("anarchon-admin-dashboard")
         self.endpoints: DashboardAPI | None = None
-        self.actions_lock: asyncio.Lock | None = None
+        self.actions_lock = asyncio.Lock()  # bound to the loop thread's loop at first use
 
     def call(
         self, request_by: str | None, method: str, path: str, params: Any, body: bytes
@@ -130,10 +96,8 @@ class _LoopHost:
                 allow_actions=True,  # gated per user by the views, before this point
                 requested_by=f"django-admin@{socket.gethostname()}",
             )
-            self.actions_lock = asyncio.Lock()
         if request_by is None:
             return await self.endpoints.handle(method, path, params, body)
-        assert self.actions_lock is not None
         # Actions are rare: one at a time, so requested_by names this request's operator.
         async with self.actions_lock:
             self.endpoints.requested_by = request_by
@@ -163,10 +127,8 @@ def _get_host() -> _LoopHost:
 
 
 def close_dashboard() -> None:
-    """Close the dashboard's store connection and loop thread (tests, shutdown).
-
-    The next request starts afresh (re-reading ``ANARCHON["BACKEND"]``).
-    """
+    """Close the dashboard's store connection and loop thread (tests, shutdown); the next
+    request starts afresh (re-reading ``ANARCHON["BACKEND"]``)."""
     global _host
     with _lock:
         host, _host = _host, None
@@ -183,11 +145,8 @@ def required_permission(method: str, path: str) -> str | None:
     if method.upper() in ("GET", "HEAD", "OPTIONS"):
         return None
     parts = [p for p in path.strip("/").split("/") if p]
-    if parts == ["runs", "cancel"]:
-        return ACTION_PERMISSIONS["cancel"]
-    if len(parts) == 3 and parts[0] == "jobs" and parts[2] in ACTION_PERMISSIONS:
-        return ACTION_PERMISSIONS[parts[2]]
-    return None
+    route = next((r for r in ROUTES if r.action and r.match(parts) is not None), None)
+    return None if route is None else ACTION_PERMISSIONS[route.name]
 
 
 def may_act(user: Any) -> bool:

@@ -32,13 +32,15 @@ __all__ = ["DjangoScheduler", "JobDefinitionError", "get_scheduler", "reset_sche
 
 H = TypeVar("H", bound=Handler)
 
-#: Check ids of job definition errors (see :mod:`anarchon_django.checks`).
-BAD_JOB_NAME = "anarchon.E011"
-BAD_DURATION = "anarchon.E012"
-BAD_CRON = "anarchon.E013"
-BAD_ZONE = "anarchon.E014"
-BAD_OPTION = "anarchon.E015"
-DUPLICATE_JOB = "anarchon.E016"
+#: The system check of each kind of refused job definition (see anarchon_django.checks).
+CHECK_IDS = {
+    "job name": "anarchon.E011",
+    "duration": "anarchon.E012",
+    "cron": "anarchon.E013",
+    "zone": "anarchon.E014",
+    "option": "anarchon.E015",
+}
+BAD_OPTION, DUPLICATE_JOB = CHECK_IDS["option"], "anarchon.E016"
 
 
 class JobDefinitionError(ConfigurationError):
@@ -71,15 +73,15 @@ _PLACEHOLDER = MemoryBackend()
 class DjangoScheduler(Scheduler):
     """A core :class:`~anarchon_core.Scheduler` that Django projects define jobs on.
 
-    Differences from the core (nothing else): the store is built from its URL on first
-    use; every handler gets ``close_old_connections()`` before and after each run in
-    the thread that runs it; job definition errors carry a system check id; it
-    remembers which module defined each job and which ``cron()`` jobs took the default
-    zone (for the checks).
+    Differences from the core: the store is built from its URL on first use; handlers close
+    stale connections around each run (:func:`close_connections`); ``task=`` and
+    ``transactional=`` options; definition errors carry a system check id; and it records
+    each job's module and the ``cron()`` jobs that took the default zone (for the checks).
     """
 
     def __init__(self, backend_url: str, **kwargs: Any) -> None:
-        self._backend_url = backend_url
+        #: The URL the store is (or will be) built from.
+        self.backend_url = backend_url
         self._backend: Backend | None = None
         super().__init__(_PLACEHOLDER, **kwargs)
         #: names of cron() jobs defined without ``tz`` (evaluated in UTC)
@@ -89,21 +91,16 @@ class DjangoScheduler(Scheduler):
     def backend(self) -> Backend:
         if self._backend is None:
             try:
-                self._backend = backend_from_url(self._backend_url)
+                self._backend = backend_from_url(self.backend_url)
             except ConfigurationError as exc:
-                reason = redact_text(str(exc), self._backend_url)
-                self._backend = _MisconfiguredBackend(self._backend_url, reason)
+                reason = redact_text(str(exc), self.backend_url)
+                self._backend = _MisconfiguredBackend(self.backend_url, reason)
         return self._backend
 
     @backend.setter
     def backend(self, value: Backend) -> None:
         if value is not _PLACEHOLDER:
             self._backend = value
-
-    @property
-    def backend_url(self) -> str:
-        """The URL the store is (or will be) built from."""
-        return self._backend_url
 
     # -- definitions: the core's hook, Django's options ------------------------------
     adapter_options = frozenset({"task", "task_args", "task_kwargs", "transactional"})
@@ -150,11 +147,8 @@ class DjangoScheduler(Scheduler):
         task_kwargs: Mapping[str, Any] | None = None,
         **_: Any,
     ) -> Handler:
-        """The handler that enqueues ``task`` (see :mod:`anarchon_django.tasks`).
-
-        Its ``__module__`` is that of the code that called ``every()``/``cron()``/
-        ``add_job()``: the module defining the job, as the checks report it.
-        """
+        """The handler that enqueues ``task`` (:mod:`anarchon_django.tasks`), its ``__module__``
+        the one that defines the job (the caller of ``every()``/``cron()``/``add_job()``)."""
         if handler is not None and task is not None:
             raise JobDefinitionError(
                 BAD_OPTION,
@@ -184,7 +178,7 @@ class DjangoScheduler(Scheduler):
                 f"Django's transaction.atomic does not span await",
             )
         try:
-            return store_alias(self._backend_url, name)
+            return store_alias(self.backend_url, name)
         except ConfigurationError as exc:
             raise JobDefinitionError(BAD_OPTION, str(exc)) from None
 
@@ -284,15 +278,6 @@ class DjangoScheduler(Scheduler):
         return made
 
 
-CHECK_IDS = {
-    "job name": BAD_JOB_NAME,
-    "duration": BAD_DURATION,
-    "cron": BAD_CRON,
-    "zone": BAD_ZONE,
-    "option": BAD_OPTION,
-}
-
-
 def check_id(exc: ConfigurationError) -> str | None:
     """The system check that reports a refused job definition, if it is one."""
     if isinstance(exc, JobDefinitionError):
@@ -318,32 +303,16 @@ def _caller_module() -> str:
 # -- database connections around each run ------------------------------------------------
 
 
-def _close_old_connections() -> None:
-    """``django.db.close_old_connections()``, except inside an atomic block.
-
-    A handler called inside a transaction (a test with the ``db`` fixture calling it)
-    keeps its connection: closing it would break that transaction.
-    """
+def _close_connections(*, stale_only: bool) -> None:
+    """Close this thread's connections: before a run the unusable or obsolete ones
+    (``close_old_connections()``), after it all of them, since the run's threads end
+    with it and a connection left open could never be reused. A connection inside an
+    atomic block (a test's ``db`` fixture calling a handler) is left alone."""
     from django.db import connections
 
     for conn in connections.all(initialized_only=True):
         if not conn.in_atomic_block:
-            conn.close_if_unusable_or_obsolete()
-
-
-def _close_run_connections() -> None:
-    """After a run: close this thread's connections (except inside an atomic block).
-
-    Every run has threads of its own (a sync handler's worker thread, an async
-    handler's thread-sensitive context), which end with the run, so a connection left
-    open here could never be reused, whatever ``CONN_MAX_AGE`` says: it would only
-    linger until garbage collection.
-    """
-    from django.db import connections
-
-    for conn in connections.all(initialized_only=True):
-        if not conn.in_atomic_block:
-            conn.close()
+            conn.close_if_unusable_or_obsolete() if stale_only else conn.close()
 
 
 def _is_async(handler: object) -> bool:
@@ -352,34 +321,31 @@ def _is_async(handler: object) -> bool:
 
 
 def close_connections(handler: Handler) -> Handler:
-    """Wrap ``handler``: stale connections are closed before a run, its own after it.
-
-    Sync handlers run in a worker thread of their own: the closing happens there.
-    Async handlers run inside their own :class:`asgiref.sync.ThreadSensitiveContext`,
-    so the ORM calls of one run (``sync_to_async`` / the async ORM) share one thread
-    of that run, and the closing happens in that thread.
-    """
+    """Wrap ``handler``: stale connections are closed before a run, its own after it, in
+    the thread that runs it (a sync handler's worker thread; for an async handler, the one
+    thread its run's ORM calls share, in its own ``ThreadSensitiveContext``)."""
     if _is_async(handler):
         from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
         @functools.wraps(handler)
         async def run_async(ctx: RunContext) -> Any:
             async with ThreadSensitiveContext():
-                await sync_to_async(_close_old_connections, thread_sensitive=True)()
+                close = sync_to_async(_close_connections, thread_sensitive=True)
+                await close(stale_only=True)
                 try:
                     return await handler(ctx)
                 finally:
-                    await sync_to_async(_close_run_connections, thread_sensitive=True)()
+                    await close(stale_only=False)
 
         return run_async
 
     @functools.wraps(handler)
     def run_sync(ctx: RunContext) -> Any:
-        _close_old_connections()
+        _close_connections(stale_only=True)
         try:
             return handler(ctx)
         finally:
-            _close_run_connections()
+            _close_connections(stale_only=False)
 
     return run_sync
 

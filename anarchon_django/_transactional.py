@@ -1,17 +1,9 @@
 """``transactional=True``: a handler's writes and its run's outcome commit together.
 
-The handler runs inside ``transaction.atomic(using=ALIAS)`` on the alias of the ORM
-store, and before that block commits, the run's outcome is written *in the same
-transaction* by the store's own fenced finish (the conditional ``UPDATE`` that matches
-the attempt's token). If another instance took the run over, or it was cancelled or
-handed over meanwhile, the token no longer matches, nothing is finished, and
-:class:`AttemptFenced` rolls the handler's writes back: a runner that lost its run
-commits nothing. Once the block commits, ``ctx.recorded`` tells the engine that the
-outcome is in the store (its own finish afterwards is an idempotent repeat).
-
-Only a handler that returns is finished here; one that raises rolls back and the engine
-records the failure as usual (and retries it if ``retries`` allow). Sync handlers only:
-``transaction.atomic`` does not span ``await``.
+The handler runs inside ``transaction.atomic(using=ALIAS)`` on the ORM store's alias,
+and the run's outcome is written in that transaction by the store's fenced finish; if
+the attempt no longer holds its lease, :class:`AttemptFenced` rolls its writes back.
+Only a returning, sync handler is finished here (``docs/django.md``).
 """
 
 from __future__ import annotations
@@ -48,11 +40,8 @@ def store_alias(backend_url: str, job: str) -> str:
 def transactional(
     handler: Callable[[RunContext], Any], alias: str, store: Callable[[], Backend]
 ) -> Callable[[RunContext], Any]:
-    """Wrap a sync handler: its writes on ``alias`` and its outcome commit as one.
-
-    ``store()`` is the scheduler's (open) store, which finishes the run on the handler's
-    connection: :meth:`~anarchon_core.backend.Backend.finish_in_transaction`.
-    """
+    """Wrap a sync handler: its writes on ``alias`` and its outcome commit as one, the run
+    finished on the handler's connection by ``store().finish_in_transaction()``."""
 
     @functools.wraps(handler)
     def run(ctx: RunContext) -> Any:

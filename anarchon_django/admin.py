@@ -1,26 +1,16 @@
 """The admin: the run history, read-only, and the dashboard for staff users.
 
-``/admin/anarchon_django/historyrecord/`` lists one row per attempt, newest first (the
-history index's order): job, scheduled time (in the current time zone, as the admin
-shows every time), status, attempt, instance, duration, lateness and the error's first
-line. Nothing can be added, changed or deleted there: the scheduler alone writes the
-store.
-
-Paging never counts the whole table: :class:`BoundedCountPaginator` counts at most
-:data:`COUNT_LIMIT` + 1 matching rows (``SELECT COUNT(*) FROM (… LIMIT n)``), so a
-page costs the same on a table of a thousand rows or of ten million; past the limit
-the list says "more than 10,000" and the filters narrow it down. The full-table count
-the admin shows beside a filtered count (``show_full_result_count``) and the facet
-counts are off, and the list sorts only in the index's order.
-
-``…/historyrecord/dashboard/`` is the dashboard of ``docs/api.md`` inside the admin
-(see :mod:`anarchon_django._admin_dashboard`).
+One row per attempt, newest first (the history index's order, the only sort). Paging
+never counts the whole table (:class:`BoundedCountPaginator`) and the filters take
+their choices from the newest records, so a page costs the same on any table size.
+``…/historyrecord/dashboard/`` is the dashboard (:mod:`anarchon_django._admin_dashboard`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -30,6 +20,8 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils import formats, timezone
 from django.utils.functional import cached_property
+
+from anarchon_core.records import ms_to_datetime
 
 from . import _admin_dashboard as dashboard
 from .models import HistoryRecord, Instance, Job
@@ -44,12 +36,8 @@ _ERROR_EXCERPT = 80
 
 
 class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
-    """A paginator whose ``count`` reads at most ``COUNT_LIMIT + 1`` rows.
-
-    ``count`` is exact up to the limit and ``COUNT_LIMIT + 1`` beyond it (``capped``
-    then says so), so the last reachable page is the limit's; pages are still fetched
-    with ``LIMIT/OFFSET`` in the index's order.
-    """
+    """A paginator whose ``count`` reads at most ``limit + 1`` rows (``capped`` then says
+    so); pages are still fetched with ``LIMIT/OFFSET`` in the index's order."""
 
     limit = COUNT_LIMIT
 
@@ -70,19 +58,12 @@ def _ms(value: dt.datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
-def _aware(ms: int | None) -> dt.datetime | None:
-    if ms is None:
-        return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-
-
 def _shown(ms: int | None) -> str | None:
     """A time in the current time zone to the second (``2026-12-04 15:38:12 JST``): the
     admin's default format drops the seconds, and runs a second apart read the same."""
-    value = _aware(ms)
-    if value is None:
+    if ms is None:
         return None
-    return formats.date_format(timezone.localtime(value), "Y-m-d H:i:s T")
+    return formats.date_format(timezone.localtime(ms_to_datetime(ms)), "Y-m-d H:i:s T")
 
 
 def _millis(ms: int | None) -> str:
@@ -100,51 +81,35 @@ def _millis(ms: int | None) -> str:
     return f"{sign}{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-def _recent_values(field: str) -> set[str]:
-    """Distinct ``field`` values of the newest records: one bounded index range."""
-    newest = HistoryRecord.objects.order_by("-slot", "-job", "-attempt")
-    return {v for v in newest.values_list(field, flat=True)[:CHOICES_SCAN] if v}
+class _NamesFilter(admin.SimpleListFilter):
+    """The values of ``field`` in the newest records and in a registry: never a full scan."""
 
-
-class JobFilter(admin.SimpleListFilter):
-    """Jobs of the newest records and jobs with flags (paused), never a full scan."""
-
-    title = "job"
-    parameter_name = "job"
+    field, registry = "job", cast(Any, Job)
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = _recent_values("job") | set(Job.objects.values_list("job", flat=True)[:500])
-        if self.value():
-            names.add(str(self.value()))
-        return [(name, name) for name in sorted(names)]
+        newest = HistoryRecord.objects.order_by("-slot", "-job", "-attempt")
+        names = set(newest.values_list(self.field, flat=True)[:CHOICES_SCAN])
+        names |= set(self.registry.objects.values_list(self.field, flat=True)[:500])
+        names |= {str(self.value())} if self.value() else set()
+        return [(name, name) for name in sorted(filter(None, names))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(job=self.value()) if self.value() else queryset
+        return queryset.filter(**{self.field: self.value()}) if self.value() else queryset
 
 
-class InstanceFilter(admin.SimpleListFilter):
-    """Instances of the registry and of the newest records, never a full scan."""
+class JobFilter(_NamesFilter):
+    title = parameter_name = "job"
 
-    title = "instance"
-    parameter_name = "instance"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = _recent_values("instance_id") | set(
-            Instance.objects.values_list("instance_id", flat=True)[:500]
-        )
-        if self.value():
-            names.add(str(self.value()))
-        return [(name, name) for name in sorted(names)]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(instance_id=self.value()) if self.value() else queryset
+class InstanceFilter(_NamesFilter):
+    title = parameter_name = "instance"
+    field, registry = "instance_id", Instance
 
 
 class ScheduledFilter(admin.SimpleListFilter):
     """Scheduled time ranges, as slot (epoch ms) ranges in the current time zone."""
 
-    title = "scheduled"
-    parameter_name = "scheduled"
+    title = parameter_name = "scheduled"
     ranges = (
         ("1h", "Past hour"),
         ("24h", "Past 24 hours"),
@@ -158,50 +123,36 @@ class ScheduledFilter(admin.SimpleListFilter):
         return self.ranges
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        bounds = self.bounds(self.value())
-        if bounds is None:
-            return queryset
-        since, until = bounds
-        if since is not None:
-            queryset = queryset.filter(slot__gte=since)
-        if until is not None:
-            queryset = queryset.filter(slot__lt=until)
-        return queryset
-
-    @staticmethod
-    def bounds(value: str | None) -> tuple[int | None, int | None] | None:
-        """``(since, until)`` in epoch ms for a choice (``None``: no filter)."""
         now = timezone.localtime()  # the current (activated or TIME_ZONE) zone
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        if value == "1h":
-            return _ms(now - dt.timedelta(hours=1)), None
-        if value == "24h":
-            return _ms(now - dt.timedelta(hours=24)), None
-        if value == "today":
-            return _ms(midnight), None
-        if value == "7d":
-            return _ms(now - dt.timedelta(days=7)), None
-        if value == "month":
-            return _ms(midnight.replace(day=1)), None
+        week_ago, value = now - dt.timedelta(days=7), self.value() or ""
         if value == "older":
-            return None, _ms(now - dt.timedelta(days=7))
-        return None
+            return queryset.filter(slot__lt=_ms(week_ago))
+        since = {
+            "1h": now - dt.timedelta(hours=1),
+            "24h": now - dt.timedelta(hours=24),
+            "today": midnight,
+            "7d": week_ago,
+            "month": midnight.replace(day=1),
+        }.get(value)
+        return queryset if since is None else queryset.filter(slot__gte=_ms(since))
+
+
+def _column(name: str, show: Callable[[HistoryRecord], str | None]) -> Any:
+    return admin.display(description=name)(lambda _, obj: show(obj))
+
+
+def _excerpt(error: str | None) -> str:
+    line = ((error or "").strip().splitlines() or [""])[0]
+    return line if len(line) <= _ERROR_EXCERPT else line[: _ERROR_EXCERPT - 1] + "…"
 
 
 @admin.register(HistoryRecord)
 class HistoryRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """The run history, read-only; its changelist links to the dashboard."""
 
-    list_display = (
-        "job",
-        "scheduled",
-        "status",
-        "attempt",
-        "instance_id",
-        "duration",
-        "lateness",
-        "error_excerpt",
-    )
+    list_display = ("job", "scheduled", "status", "attempt", "instance_id", "duration",
+                    "lateness", "error_excerpt")  # fmt: skip
     list_display_links = ("job",)
     list_filter = ("status", JobFilter, InstanceFilter, ScheduledFilter)
     list_per_page = 50
@@ -212,93 +163,39 @@ class HistoryRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     actions = None
-    fields = (
-        "job",
-        "scheduled",
-        "slot",
-        "attempt",
-        "origin",
-        "status",
-        "instance_id",
-        "claimed",
-        "started",
-        "finished",
-        "duration",
-        "lateness",
-        "error",
-        "meta",
-    )
+    fields = ("job", "scheduled", "slot", "attempt", "origin", "status", "instance_id", "claimed",
+              "started", "finished", "duration", "lateness", "error", "meta")  # fmt: skip
     readonly_fields = fields
 
     # -- read-only --------------------------------------------------------------------
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    has_change_permission = has_delete_permission = has_add_permission
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    # -- columns ----------------------------------------------------------------------
-    @admin.display(description="scheduled", ordering="slot")
-    def scheduled(self, obj: HistoryRecord) -> str | None:
-        return _shown(obj.slot)
-
-    @admin.display(description="claimed")
-    def claimed(self, obj: HistoryRecord) -> str | None:
-        return _shown(obj.claimed_at)
-
-    @admin.display(description="started")
-    def started(self, obj: HistoryRecord) -> str | None:
-        return _shown(obj.started_at)
-
-    @admin.display(description="finished")
-    def finished(self, obj: HistoryRecord) -> str | None:
-        return _shown(obj.finished_at)
-
-    @admin.display(description="duration")
-    def duration(self, obj: HistoryRecord) -> str:
-        if obj.started_at is None or obj.finished_at is None:
-            return "–"
-        return _millis(obj.finished_at - obj.started_at)
-
-    @admin.display(description="lateness")
-    def lateness(self, obj: HistoryRecord) -> str:
-        """From the scheduled time to the start (jitter included)."""
-        if obj.started_at is None:
-            return "–"
-        return _millis(obj.started_at - obj.slot)
-
-    @admin.display(description="error")
-    def error_excerpt(self, obj: HistoryRecord) -> str:
-        if not obj.error:
-            return ""
-        line = obj.error.strip().splitlines()[0] if obj.error.strip() else ""
-        return line if len(line) <= _ERROR_EXCERPT else line[: _ERROR_EXCERPT - 1] + "…"
+    # -- columns: times in the current zone; lateness is from the slot to the start
+    scheduled = _column("scheduled", lambda row: _shown(row.slot))
+    claimed = _column("claimed", lambda row: _shown(row.claimed_at))
+    started = _column("started", lambda row: _shown(row.started_at))
+    finished = _column("finished", lambda row: _shown(row.finished_at))
+    duration = _column("duration", lambda row: _millis(row.to_record().duration_ms))
+    lateness = _column("lateness", lambda row: _millis(row.to_record().lateness_ms))
+    error_excerpt = _column("error", lambda row: _excerpt(row.error))
 
     # -- the dashboard ----------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
-        info = f"{self.opts.app_label}_{self.opts.model_name}"
-        site = self.admin_site
-        urls = [
-            path(
-                "dashboard/",
-                site.admin_view(self._viewing(dashboard.page_view)),
-                name=f"{info}_dashboard",
-            ),
-            path(
-                "dashboard/api/<path:path>",
-                site.admin_view(self._viewing(dashboard.api_view)),
-                name=f"{info}_dashboard_api",
-            ),
-            path(
-                "dashboard/<str:name>",
-                site.admin_view(self._viewing(dashboard.asset_view), cacheable=True),
-                name=f"{info}_dashboard_file",
-            ),
+        info, site = f"{self.opts.app_label}_{self.opts.model_name}", self.admin_site
+        routes = [
+            ("dashboard/", dashboard.page_view, "dashboard", False),
+            ("dashboard/api/<path:path>", dashboard.api_view, "dashboard_api", False),
+            ("dashboard/<str:name>", dashboard.asset_view, "dashboard_file", True),
         ]
-        return urls + super().get_urls()
+        return [
+            path(
+                route, site.admin_view(self._viewing(view), cacheable=cache), name=f"{info}_{name}"
+            )
+            for route, view, name, cache in routes
+        ] + super().get_urls()
 
     def _viewing(self, view: Any) -> Any:
         """``view``, for users who may view the history (others: 403)."""

@@ -50,16 +50,13 @@ def discover(modules: Iterable[str]) -> list[Problem]:
     for name in modules:
         try:
             importlib.import_module(name)
-        except ConfigurationError as exc:
-            code = check_id(exc)
-            if code is None:
-                problems.append(_import_failed(name, exc))
-            else:
-                problems.append(
-                    Problem(code, f"{_where(name, exc)}: {exc}", "fix the job definition")
-                )
         except Exception as exc:
-            problems.append(_import_failed(name, exc))
+            code = check_id(exc) if isinstance(exc, ConfigurationError) else None
+            problems.append(
+                _import_failed(name, exc)
+                if code is None
+                else Problem(code, f"{_where(name, exc)}: {exc}", "fix the job definition")
+            )
     return problems
 
 

@@ -1,36 +1,19 @@
-"""Run the scheduler inside each gunicorn worker: two server hooks.
-
-::
-
-    # gunicorn.conf.py
-    from anarchon_django.gunicorn import post_worker_init, worker_exit
+"""Run the scheduler inside each gunicorn worker: ``from anarchon_django.gunicorn import
+post_worker_init, worker_exit`` in ``gunicorn.conf.py``.
 
 ``post_worker_init`` starts the project's scheduler in a background thread of the
-worker (after the WSGI application, and so Django and every ``jobs.py``, is loaded);
-``worker_exit`` stops it with hand-over: runs still in flight after ``GRACE_MS`` are
-released so that another instance takes them over at once. Each worker is one
-instance. Never started in the master, so ``--preload`` is safe: the scheduler it
-built there (importing every ``jobs.py``) mints a fresh default instance id when it
-starts in each worker (``Scheduler.start()`` does so after a fork; an ``INSTANCE_ID``
-set in the settings is kept: leave it unset with more than one worker).
-
-Trade-offs (see ``docs/django.md``): use the ``sync`` or ``gthread`` workers (gevent
-and eventlet patch threads and the event loop the scheduler uses); a worker recycled
-by ``--max-requests`` is an instance stopping and starting (hand-over each time); a
-worker killed for ``--timeout`` is a crash (its runs are taken over after the lease);
-nothing runs the system checks or the migration check first.
+worker (never in the master, so ``--preload`` is safe: the scheduler mints a fresh
+instance id in each worker); ``worker_exit`` stops it with hand-over. Each worker is
+one instance. Trade-offs: ``docs/django.md``, "Inside each gunicorn worker".
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from anarchon_core import BackgroundScheduler
 
 __all__ = ["post_worker_init", "worker_exit"]
-
-logger = logging.getLogger("anarchon")
 
 _background: BackgroundScheduler | None = None
 

@@ -1,20 +1,10 @@
 """The store of the Django ORM backend: the core SQL backends' tables, as Django models.
 
-The tables carry the core's names and columns (``anarchon_runs``, ``anarchon_attempts``
-…), so :mod:`anarchon_django.backend` runs the core backends' own statements on them
-and a core ``sqlite:///…`` or ``postgresql://…`` backend pointed at the same database
-sees the same store. Two differences, both for the admin: every table has a surrogate
-``id`` primary key (the admin cannot show composite keys) and the core's keys are
-unique constraints, which is all its ``ON CONFLICT`` clauses need.
-
-Times are epoch-millisecond integers of the database's clock, never ``DateTimeField``:
-leases are compared inside SQL, and a number compares the same on every database.
-The models are for reading (the admin, reports); the backend alone writes them.
-
-The columns that name a run, a job, an instance or a lease (job names, tokens, instance
-ids, the run's state) are :class:`KeyField`: ``text`` on SQLite and PostgreSQL as any
-``TextField``, and on MySQL/MariaDB a binary-collated ``VARCHAR`` that InnoDB can index
-and that compares byte for byte, as the core's keys compare everywhere.
+The tables carry the core's names and columns, so :mod:`anarchon_django.backend` runs
+the core backends' own statements on them and a core store pointed at the same
+database sees the same store. For the admin, every table has a surrogate ``id`` key and
+the core's keys are unique constraints. Times are epoch-millisecond integers of the
+database's clock. The models are for reading; the backend alone writes them.
 """
 
 from __future__ import annotations
@@ -25,7 +15,7 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q, Value
 
-from anarchon_core.records import Origin, Status
+from anarchon_core.records import Origin, RunRecord, Status
 
 __all__ = ["HistoryRecord", "Instance", "Job", "KeyField", "Run", "StoreMeta"]
 
@@ -39,20 +29,10 @@ else:  # Django's fields are generic in django-stubs only
 
 
 class KeyField(_TextField):
-    """A key text column: ``TextField`` on SQLite/PostgreSQL, exact ``VARCHAR`` on MySQL.
-
-    On SQLite and PostgreSQL it is ``TextField`` to the byte (the same ``text`` column,
-    no collation of its own; migration 0003 gives PostgreSQL's key columns ``"C"``), so
-    their layouts do not change. MySQL/MariaDB need two things there:
-
-    - an index on a ``TEXT`` column needs a prefix length, and a key of
-      ``(job, slot)`` must be the whole name: the column is ``VARCHAR(255)`` (names
-      and instance ids have at most 200 characters; 255 utf8mb4 characters are 1,020
-      bytes, so the widest key, ``(state, job)``, stays within InnoDB's 3,072);
-    - the default collations compare case-insensitively and ignore trailing spaces, so
-      jobs ``Report`` and ``report`` would be one run: the column's collation is binary
-      and NO PAD (``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on MySQL 8),
-      so names and tokens compare exactly, as in the core's stores.
+    """A key text column (a job, a token, an instance id): ``TextField`` on SQLite and
+    PostgreSQL; on MySQL/MariaDB a ``VARCHAR(255)`` (InnoDB indexes no whole ``TEXT``)
+    in a binary NO PAD collation, so keys compare byte for byte as in the core's stores
+    (``docs/django.md``, "The store on MariaDB/MySQL").
     """
 
     #: Characters of the ``VARCHAR`` on MySQL/MariaDB.
@@ -75,14 +55,26 @@ def exact_collation(connection: Any) -> str:
     return "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
 
 
-class Run(models.Model):
+class _Table(models.Model):
+    """A surrogate ``id`` key (for the admin); ``shown`` formats ``str()`` of a row."""
+
+    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
+    shown = "{id}"
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return self.shown.format(**{f.attname: getattr(self, f.attname) for f in self._meta.fields})
+
+
+class Run(_Table):
     """The run of ``(job, slot)``: the row every instance contends for.
 
     ``state`` is ``pending`` (a manual request), ``running``, ``waiting`` (a failed
     attempt whose retry is due later) or the terminal status the run ended with.
     """
 
-    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
     job: models.TextField[str, str] = KeyField()
     slot: models.BigIntegerField[int, int] = models.BigIntegerField(
         help_text="the scheduled time, epoch ms"
@@ -99,6 +91,7 @@ class Run(models.Model):
         default="", db_default="", blank=True
     )
     requested_by: models.TextField[str | None, str | None] = models.TextField(null=True, blank=True)
+    shown = "{job}@{slot}"
 
     class Meta:
         db_table = "anarchon_runs"
@@ -117,14 +110,10 @@ class Run(models.Model):
             models.Index(fields=["state", "job"], name="anarchon_runs_open"),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.job}@{self.slot}"
 
-
-class HistoryRecord(models.Model):
+class HistoryRecord(_Table):
     """One attempt of a run (attempt 0: a slot that ran nothing, e.g. ``skipped``)."""
 
-    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
     job: models.TextField[str, str] = KeyField()
     slot: models.BigIntegerField[int, int] = models.BigIntegerField(
         help_text="the scheduled time, epoch ms"
@@ -144,6 +133,7 @@ class HistoryRecord(models.Model):
     )
     error: models.TextField[str | None, str | None] = models.TextField(null=True, blank=True)
     meta = models.JSONField(default=dict, db_default=Value("{}"), blank=True)
+    shown = "{job}@{slot}#{attempt} {status}"
 
     class Meta:
         db_table = "anarchon_attempts"
@@ -166,29 +156,31 @@ class HistoryRecord(models.Model):
             models.Index(fields=["-slot", "-job", "-attempt"], name="anarchon_attempts_history"),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.job}@{self.slot}#{self.attempt} {self.status}"
+    def to_record(self) -> RunRecord:
+        """This row as the core's record (durations, JSON: as every surface shows it)."""
+        return RunRecord(
+            *(self.job, self.slot, self.attempt, Origin(self.origin), Status(self.status)),
+            *(self.instance_id, self.claimed_at, self.started_at, self.finished_at),
+            error=self.error,
+            meta=self.meta,
+        )
 
 
-class Job(models.Model):
+class Job(_Table):
     """A job's flags shared by every instance: whether it is paused."""
 
-    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
     job: models.TextField[str, str] = KeyField()
     paused: models.BooleanField[bool, bool] = models.BooleanField(default=False, db_default=False)
+    shown = "{job}"
 
     class Meta:
         db_table = "anarchon_jobs"
         constraints = [models.UniqueConstraint(fields=["job"], name="anarchon_jobs_key")]
 
-    def __str__(self) -> str:
-        return self.job
 
-
-class Instance(models.Model):
+class Instance(_Table):
     """The instance registry: ``info`` is an ``InstanceInfo`` as JSON; expired rows are dead."""
 
-    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
     instance_id: models.TextField[str, str] = KeyField()
     info = models.JSONField()
     last_seen: models.BigIntegerField[int, int] = models.BigIntegerField(
@@ -197,6 +189,7 @@ class Instance(models.Model):
     expires_at: models.BigIntegerField[int, int] = models.BigIntegerField(
         help_text="epoch ms, the store's clock"
     )
+    shown = "{instance_id}"
 
     class Meta:
         db_table = "anarchon_instances"
@@ -204,21 +197,15 @@ class Instance(models.Model):
             models.UniqueConstraint(fields=["instance_id"], name="anarchon_instances_key")
         ]
 
-    def __str__(self) -> str:
-        return self.instance_id
 
-
-class StoreMeta(models.Model):
+class StoreMeta(_Table):
     """Facts about the store itself: its ``schema_version`` (a newer one is refused)."""
 
-    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
     key: models.TextField[str, str] = KeyField()
     value: models.TextField[str, str] = models.TextField()
+    shown = "{key}={value}"
 
     class Meta:
         db_table = "anarchon_meta"
         verbose_name = "store fact"
         constraints = [models.UniqueConstraint(fields=["key"], name="anarchon_meta_key")]
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}"

@@ -1,39 +1,25 @@
 """The ``django.tasks`` bridge: enqueue a task once per slot of a schedule.
 
-Django's tasks framework (``django.tasks``, Django ≥ 6.0; the ``django-tasks`` backport
-``django_tasks`` on 5.2) runs tasks in the background but schedules nothing. Given a
-task instead of a handler, :meth:`~anarchon_django._scheduler.DjangoScheduler.every`
-and ``cron()`` define a job whose handler enqueues the task once per slot::
-
-    from django.tasks import task            # or: from django_tasks import task
-    from anarchon_django import scheduler
-
-    @task
-    def send_report(*, anarchon_slot: int) -> None: ...
-
-    scheduler.cron("reports.daily", "0 7 * * *", task=send_report)
-
-The task receives the slot it was enqueued for as the keyword argument
-``anarchon_slot`` (epoch milliseconds, the same for every instance and every attempt),
-and ``anarchon_job`` / ``anarchon_attempt`` too if it names them (or takes
-``**kwargs``). Delivery is at least once: after a takeover (attempt 2 or later) the
-task may be enqueued a second time for the same slot, so the task must use
-``anarchon_slot`` as its idempotency key.
+``scheduler.cron("reports.daily", "0 7 * * *", task=send_report)`` defines a job whose
+handler enqueues a task of ``django.tasks`` (Django ≥ 6.0; the ``django_tasks`` backport
+on 5.2) once per slot, passing the slot as ``anarchon_slot`` (epoch ms: the task's
+idempotency key, since after a takeover it may be enqueued twice), and ``anarchon_job``
+/ ``anarchon_attempt`` if it names them. See ``docs/django.md``, "django.tasks".
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import importlib
 import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from anarchon_core.context import RunContext
 from anarchon_core.errors import ConfigurationError
+from anarchon_core.records import ms_to_datetime
 
 __all__ = [
     "SLOT_ARGUMENT",
@@ -59,17 +45,21 @@ class EnqueueableTask(Protocol):
     def enqueue(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-@functools.cache
-def tasks_module() -> ModuleType:
-    """``django.tasks`` if importable (Django ≥ 6.0), else the ``django_tasks`` backport.
-
-    :raises ConfigurationError: neither is installed.
-    """
+def _installed(suffix: str = "") -> Iterator[ModuleType]:
     for name in _MODULES:
         try:
-            return importlib.import_module(name)
+            module = importlib.import_module(name + suffix)
         except ImportError:
             continue
+        yield module
+
+
+@functools.cache
+def tasks_module() -> ModuleType:
+    """``django.tasks`` if importable (Django ≥ 6.0), else the ``django_tasks`` backport;
+    :class:`ConfigurationError` if neither is installed."""
+    for module in _installed():
+        return module
     raise ConfigurationError(
         "task=: neither django.tasks (Django >= 6.0) nor django_tasks (the backport) is "
         "installed: upgrade Django to 6.0, or pip install django-tasks"
@@ -80,21 +70,12 @@ def tasks_module() -> ModuleType:
 def task_classes() -> tuple[type, ...]:
     """The ``Task`` classes of every tasks module installed (the resolved one first)."""
     tasks_module()  # raises if neither is installed
-    classes: list[type] = []
-    for name in _MODULES:
-        try:
-            base = importlib.import_module(f"{name}.base")
-        except ImportError:
-            continue
-        cls = getattr(base, "Task", None)
-        if isinstance(cls, type):
-            classes.append(cls)
-    return tuple(classes)
+    classes = (getattr(base, "Task", None) for base in _installed(".base"))
+    return tuple(cls for cls in classes if isinstance(cls, type))
 
 
-def slot_datetime(slot: int) -> dt.datetime:
-    """The aware UTC datetime of a slot (``anarchon_slot`` is epoch milliseconds)."""
-    return dt.datetime.fromtimestamp(slot / 1000, tz=dt.UTC)
+#: The aware UTC datetime of a slot (``anarchon_slot`` is epoch milliseconds).
+slot_datetime = ms_to_datetime
 
 
 def _describe(value: object) -> str:
@@ -139,16 +120,11 @@ def enqueue_handler(
     kwargs: Mapping[str, Any] | None = None,
     name: str = "?",
 ) -> Callable[[RunContext], str]:
-    """A handler that enqueues ``task`` once per run, with the run's slot.
-
-    Each run calls ``task.enqueue(*args, **kwargs, anarchon_slot=ctx.slot)`` (plus
-    ``anarchon_job=ctx.job`` and ``anarchon_attempt=ctx.attempt`` if the task function
-    names them or takes ``**kwargs``), records ``ctx.meta["task"]`` (the task's path)
-    and ``ctx.meta["task_id"]`` (the enqueued result's id), and returns that id. It
-    enqueues nothing once the run is cancelled (lease lost, stopping).
-
-    Everything is checked now, at definition: ``task`` is a task, its function accepts
-    ``anarchon_slot`` and the given arguments, and those are JSON-serialisable.
+    """A handler that enqueues ``task`` once per run: ``task.enqueue(*args, **kwargs,
+    anarchon_slot=ctx.slot)`` (plus ``anarchon_job``/``anarchon_attempt`` if the task names
+    them), recording the task's path and the result's id in ``ctx.meta`` and returning the
+    id; nothing once the run is cancelled. Checked now: ``task`` is a task whose function
+    accepts ``anarchon_slot`` and the arguments, which are JSON-serialisable.
 
     :raises ConfigurationError: any of the above does not hold.
     """

@@ -11,11 +11,14 @@ the same statements either way, so the contract holds unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["ConnectionSupply"]
+from ..backend import SCHEMA_VERSION
+from ..errors import BackendError, ConfigurationError, SchemaVersionError
+
+__all__ = ["TABLES", "ConnectionSupply", "check_layout"]
 
 C = TypeVar("C", covariant=True)
 T = TypeVar("T")
@@ -44,3 +47,49 @@ class ConnectionSupply(Protocol[C]):
         problems: retried by the engine) or :class:`~anarchon_core.errors.BackendError`.
         """
         ...
+
+
+#: The tables of the SQL stores' layout, which a host's migrations create.
+TABLES = (
+    "anarchon_meta",
+    "anarchon_runs",
+    "anarchon_attempts",
+    "anarchon_jobs",
+    "anarchon_instances",
+)
+
+
+def check_layout(
+    cursor: Any, tables: Iterable[str], *, where: str, migrate: str, mysql: bool = False
+) -> None:
+    """Check a host's migrated store on ``cursor`` (``%s`` parameters): every one of
+    :data:`TABLES` is among the database's ``tables`` (``migrate`` says how to create
+    them), and the schema version is known, recorded by the first check.
+
+    :raises ConfigurationError: tables are missing.
+    :raises SchemaVersionError: the store was written by a newer anarchon.
+    """
+    missing = sorted(set(TABLES) - set(tables))
+    if missing:
+        raise ConfigurationError(
+            f"{where}: the anarchon tables {', '.join(missing)} do not exist: {migrate}"
+        )
+    key = "`key`" if mysql else "key"  # a reserved word on MySQL
+    # Recorded once by the first open (a flush of the tables forgets it: set again).
+    # On MySQL the row is also the store's lock (see anarchon_core.backends.mysql).
+    cursor.execute(
+        f"INSERT INTO anarchon_meta ({key}, value) VALUES ('schema_version', %s) "
+        + ("ON DUPLICATE KEY UPDATE id = id" if mysql else "ON CONFLICT (key) DO NOTHING"),
+        [str(SCHEMA_VERSION)],
+    )
+    cursor.execute(f"SELECT value FROM anarchon_meta WHERE {key} = 'schema_version'")
+    row = cursor.fetchone()
+    try:
+        version = int(row[0])
+    except (TypeError, ValueError):
+        raise BackendError(f"{where}: the store's schema version {row!r} is unreadable") from None
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where}: the store holds schema version {version}, newer than version "
+            f"{SCHEMA_VERSION} known to this anarchon: upgrade anarchon to use it"
+        )

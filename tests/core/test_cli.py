@@ -7,6 +7,7 @@ Cheap argument checks call ``main()`` in-process.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import json
@@ -24,7 +25,8 @@ from processes import wait_until
 
 from anarchon_core.backend import ClaimRequest, Lease
 from anarchon_core.backends import backend_from_url
-from anarchon_core.cli import main, parse_time_ms
+from anarchon_core.cli import CliError, add_commands, exit_code, main, parse_time_ms
+from anarchon_core.errors import BackendError, ConfigurationError
 from anarchon_core.records import HistoryQuery, Origin, RunRecord, Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -515,6 +517,27 @@ def test_version_and_help(tmp_path: Path) -> None:
     for command in ("run", "jobs", "history", "prune", "health", "demo"):
         helped = cli(command, "--help", cwd=tmp_path)
         assert helped.returncode == 0 and "--backend" in helped.stdout, command
+
+
+def test_add_commands_offers_chosen_subcommands_on_a_fixed_target() -> None:
+    """A framework's own command reuses the core's parsers (manage.py anarchon does)."""
+    parser = argparse.ArgumentParser(prog="host")
+    sub = parser.add_subparsers(dest="subcommand", required=True)
+    made = add_commands(sub, ("run", "jobs", "history"), target="app:scheduler", default_store="X")
+    assert set(made) == set(sub.choices) == {"run", "jobs", "history"}
+    args = parser.parse_args(["jobs", "--count", "2"])
+    assert (args.target, args.count, args.name, args.backend) == ("app:scheduler", 2, "jobs", None)
+    assert args.command is made["jobs"].get_default("command")
+    assert "default: X" in made["history"].format_help()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "app:other"])  # the target is fixed: no positional
+    with pytest.raises(SystemExit):
+        parser.parse_args(["prune", "--older-than", "1d", "--all"])  # not offered
+
+
+def test_exit_codes_of_errors() -> None:
+    assert exit_code(CliError("usage")) == 2 and exit_code(CliError("store", code=1)) == 1
+    assert exit_code(ConfigurationError("bad")) == 2 and exit_code(BackendError("down")) == 1
 
 
 # -- demo -------------------------------------------------------------------------------

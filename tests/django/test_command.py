@@ -78,7 +78,7 @@ def test_history_json_and_table(store: str) -> None:
 def test_history_defaults_to_the_projects_store(
     store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scheduler, "_backend_url", store)
+    monkeypatch.setattr(scheduler, "backend_url", store)
     out, _ = anarchon("history", "--json", "--job", "shop.sync", "--limit", "1")
     assert json.loads(out)["job"] == "shop.sync"
 

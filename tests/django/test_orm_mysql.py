@@ -148,7 +148,7 @@ def test_driver_errors_name_no_password() -> None:
 if ON_MYSQL:
     from django.db import connection, transaction
 
-    from anarchon_django._orm_thread import Worker, driver_supply
+    from anarchon_django._orm_thread import Worker
     from anarchon_django.backend import DjangoBackend
     from anarchon_django.models import KeyField, Run
 
@@ -268,7 +268,7 @@ if ON_MYSQL:
     def test_a_lock_wait_is_bounded(runner: asyncio.Runner, holder: Any) -> None:
         worker = Worker("default", "django://default (mysql test)")
         store = mysql_store.SuppliedMysqlBackend(
-            driver_supply(worker),
+            worker,
             secrets=_secret_urls(connection.settings_dict),
             lock_timeout_ms=1000,
         )

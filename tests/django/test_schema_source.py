@@ -26,7 +26,7 @@ import pytest
 from django.db import connection
 
 from anarchon_core.backends.sqlite import SqliteBackend
-from anarchon_django.backend import TABLES
+from anarchon_core.backends.supply import TABLES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
