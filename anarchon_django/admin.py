@@ -142,6 +142,10 @@ def _column(name: str, show: Callable[[HistoryRecord], str | None]) -> Any:
     return admin.display(description=name)(lambda _, obj: show(obj))
 
 
+def _span(start: int | None, end: int | None) -> int | None:
+    return None if start is None or end is None else end - start
+
+
 def _excerpt(error: str | None) -> str:
     line = ((error or "").strip().splitlines() or [""])[0]
     return line if len(line) <= _ERROR_EXCERPT else line[: _ERROR_EXCERPT - 1] + "…"
@@ -178,8 +182,8 @@ class HistoryRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     claimed = _column("claimed", lambda row: _shown(row.claimed_at))
     started = _column("started", lambda row: _shown(row.started_at))
     finished = _column("finished", lambda row: _shown(row.finished_at))
-    duration = _column("duration", lambda row: _millis(row.to_record().duration_ms))
-    lateness = _column("lateness", lambda row: _millis(row.to_record().lateness_ms))
+    duration = _column("duration", lambda row: _millis(_span(row.started_at, row.finished_at)))
+    lateness = _column("lateness", lambda row: _millis(_span(row.slot, row.started_at)))
     error_excerpt = _column("error", lambda row: _excerpt(row.error))
 
     # -- the dashboard ----------------------------------------------------------------
