@@ -41,6 +41,10 @@ class Command(BaseCommand):
         made = add_commands(
             sub, COMMANDS, target="anarchon_django:scheduler", default_store="ANARCHON['BACKEND']"
         )
+        made["run"].description = f"{made['run'].description}" + (
+            ". It runs the system checks first and refuses to start with unapplied "
+            "migrations on a django:// store."
+        )
         made["run"].add_argument(
             "--reload",
             action="store_true",
@@ -71,9 +75,10 @@ class Command(BaseCommand):
         out = getattr(self.stdout, "_out", sys.stdout)
         err = getattr(self.stderr, "_out", sys.stderr)
         try:
-            url = options["backend"] or get_scheduler().backend_url
-            if name == "run" and url.startswith("django://"):
-                _check_migrations(url)
+            if name == "run":
+                url = options["backend"] or get_scheduler().backend_url
+                if url.startswith("django://"):
+                    _check_migrations(url)
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = options["command"](argparse.Namespace(**options))
         except (CliError, AnarchonError) as exc:
