@@ -92,13 +92,6 @@ class AnarchonSettings:
     enabled: bool | None
     problems: tuple[Problem, ...] = field(default=(), compare=False)
 
-    @property
-    def django_alias(self) -> str | None:
-        """The database alias of a ``django://ALIAS`` backend, else ``None``."""
-        if self.backend.startswith("django://"):
-            return self.backend[len("django://") :].split("?", 1)[0].strip("/") or DEFAULT_ALIAS
-        return None
-
     def scheduler_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``anarchon_core.Scheduler`` (besides the backend)."""
         return {name: getattr(self, name) for name in SCHEDULER_SETTINGS if name != "backend"}

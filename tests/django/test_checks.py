@@ -16,7 +16,7 @@ from procs import manage
 from anarchon_django import _scheduler
 from anarchon_django.apps import discover
 from anarchon_django.checks import check_anarchon
-from anarchon_django.conf import read_settings
+from anarchon_django.conf import alias_from_url, read_settings
 
 DATABASES = {"default": {}, "other": {}}
 
@@ -33,7 +33,7 @@ def test_defaults_map_onto_scheduler_kwargs() -> None:
     conf = read_settings({}, DATABASES)
     assert conf.problems == ()
     assert conf.backend == "django://default"
-    assert conf.django_alias == "default"
+    assert alias_from_url(conf.backend) == "default"
     assert conf.scheduler_kwargs() == {
         "namespace": None,
         "instance_id": None,
@@ -66,7 +66,7 @@ def test_every_key_maps() -> None:
     }
     conf = read_settings(raw, DATABASES)
     assert conf.problems == ()
-    assert conf.django_alias == "other"
+    assert alias_from_url(conf.backend) == "other"
     assert conf.autodiscover == "scheduled"
     assert conf.import_paths == ("a.b",)
     scheduler = _scheduler.build_scheduler(conf)
