@@ -4,7 +4,9 @@ The tables carry the core's names and columns, so :mod:`anarchon_django.backend`
 the core backends' own statements on them and a core store pointed at the same
 database sees the same store. For the admin, every table has a surrogate ``id`` key and
 the core's keys are unique constraints. Times are epoch-millisecond integers of the
-database's clock. The models are for reading; the backend alone writes them.
+database's clock, never ``DateTimeField``: leases are compared inside SQL, and a number
+compares the same on every database. The models are for reading; the backend alone
+writes them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class KeyField(_TextField):
     """
 
     #: Characters of the ``VARCHAR`` on MySQL/MariaDB.
+    #: Names and instance ids have at most 200 characters; 255 utf8mb4 characters are
+    #: 1,020 bytes, so the widest key, ``(state, job)``, stays within InnoDB's 3,072.
     MYSQL_LENGTH = 255
 
     def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
