@@ -2,7 +2,7 @@
 
 Every replica builds the same scheduler with the same jobs; the store decides which
 replica runs each slot. This module only validates and holds configuration; the
-running state lives in :mod:`anarchon_core._engine` between ``start()`` and ``stop()``.
+running state lives in :mod:`anarchon_core.engine` between ``start()`` and ``stop()``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import operations
-from ._candidates import DEFAULT_CANDIDATES, MAX_CANDIDATES, check_candidates
-from ._engine import Engine, EngineConfig
 from .backend import LEASE_BACKENDS, Backend, InstanceInfo, local_note, wall_clock_ms
 from .backends import DEFAULT_URL, backend_from_url
 from .durations import MAX_DURATION_MS, parse_duration_ms, validate_ms
+from .engine import Engine, EngineConfig
+from .engine.candidates import DEFAULT_CANDIDATES, MAX_CANDIDATES, check_candidates
 from .errors import CapabilityError, ConfigurationError, SchedulerStateError
 from .job import Handler, Job, JobOptions, check_retries, validate_option_keys
 from .names import validate_namespace

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._candidates import MAX_CANDIDATES, check_candidates
 from .durations import MAX_DURATION_MS, parse_duration_ms
+from .engine.candidates import MAX_CANDIDATES, check_candidates
 from .errors import ConfigurationError
 from .job import CATCH_UP_POLICIES, JobOptions
 from .names import NAMESPACE_FORM, validate_namespace

@@ -125,7 +125,7 @@ class _NoMetrics:
     def run_ended(self, job: str, status: str, duration_s: float, at_s: float) -> None:
         pass
 
-    def event(self, name: str, job: str, label: str | None = None) -> None:
+    def event(self, name: str, job: str, label: str | None = None, amount: int = 1) -> None:
         pass
 
     def store_error(self, job: str, operation: str) -> None:
@@ -263,9 +263,10 @@ class _PrometheusMetrics(_NoMetrics):
         if status == Status.SUCCESS:
             self._child(self.last_success, job).set(at_s)
 
-    def event(self, name: str, job: str, label: str | None = None) -> None:
+    def event(self, name: str, job: str, label: str | None = None, amount: int = 1) -> None:
         metric = self.counters[name]
-        (self._child(metric, job, label) if label is not None else self._child(metric, job)).inc()
+        child = self._child(metric, job, label) if label is not None else self._child(metric, job)
+        child.inc(amount)
 
     def store_error(self, job: str, operation: str) -> None:
         self._child(self.store_errors, job, operation).inc()
@@ -448,10 +449,10 @@ class Telemetry:
         self.stats[f"takeover_{outcome}"] += 1
         self.metrics.takeover(job, outcome)
 
-    def abandoned(self, job: str) -> None:
-        """A slot not claimed at all: past its horizon by the local clock."""
-        self.stats["abandoned"] += 1
-        self.metrics.event("abandoned", job)
+    def abandoned(self, job: str, count: int = 1) -> None:
+        """Slots not claimed at all: past their horizon by the local clock."""
+        self.stats["abandoned"] += count
+        self.metrics.event("abandoned", job, amount=count)
 
     def not_started(self, job: str, reason: str) -> None:
         """A won attempt not started: its answer came too late (``fence`` or ``horizon``)."""

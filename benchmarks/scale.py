@@ -479,16 +479,16 @@ def run_virtual_child(cfg: dict[str, Any], tmp: Path) -> dict[str, Any]:
 
 
 def role_cost_us(instances: int, k: int = 2, calls: int = 20_000) -> float:
-    """CPU µs of one ``Candidates.role`` with a view of ``instances`` (what each instance
+    """CPU µs of one ``Candidates.turn`` with a view of ``instances`` (what each instance
     computes for every run of every job)."""
-    from anarchon_core._candidates import Candidates
+    from anarchon_core.engine.candidates import Candidates
 
-    view = Candidates(k, "me-0", stale_after_ms=10**12)
-    view.update([f"me-{i}" for i in range(instances)], 0)
     names = [f"scale.{i:06d}" for i in range(100)]
+    view = Candidates(k, "me-0", stale_after_ms=10**12)
+    view.update({f"me-{i}": dict.fromkeys(names, "fp") for i in range(instances)}, 0)
     t0 = time.process_time()
     for n in range(calls):
-        view.role(names[n % 100], (n // 100) * 1000, 0)
+        view.turn(names[n % 100], "fp", (n // 100) * 1000, 0)
     return (time.process_time() - t0) * 1e6 / calls
 
 
@@ -560,7 +560,7 @@ def arithmetic(
         f"({runs_s:,.0f} runs/s on average; every slot of every job is due at the top of "
         f"the minute) =="
     )
-    from anarchon_core._engine import DUE_PER_TURN as per_turn
+    from anarchon_core.engine.slots import DUE_PER_TURN as per_turn
 
     claims_k = (k + 1) * runs_s
     # The slot loop takes at most DUE_PER_TURN due runs per turn and sends one claim_many
@@ -628,7 +628,7 @@ def arithmetic(
         ("store", "CPU per claim", f"cores needed k={k} / every", "basis"),
         store_rows,
     )
-    from anarchon_core._engine import MISMATCH_CHECK_PERIODS as checks
+    from anarchon_core.engine.registry import MISMATCH_CHECK_PERIODS as checks
 
     mb = info_bytes / 1e6
     decode_s = reg["decode_s"] * scale
@@ -961,7 +961,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     role_200 = role_cost_us(200)
     role_1000 = role_cost_us(ARITH_REPLICAS)
     print(
-        f"ranking cost: Candidates.role() {role_200:.1f} us with 200 live instances, "
+        f"ranking cost: Candidates.turn() {role_200:.1f} us with 200 live instances, "
         f"{role_1000:.1f} us with {ARITH_REPLICAS:,} (per run, per instance)"
     )
     reg = registry_figures(args.arith_jobs)

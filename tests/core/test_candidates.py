@@ -12,15 +12,15 @@ import pytest
 from virtual import BASE_MS, Recorder, run_virtual
 
 from anarchon_core import Scheduler
-from anarchon_core._candidates import (
+from anarchon_core.backend import Claim, ClaimRequest
+from anarchon_core.backends import MemoryBackend
+from anarchon_core.engine.candidates import (
     MAX_CANDIDATES,
     Candidates,
     Role,
     check_candidates,
     unit_interval,
 )
-from anarchon_core.backend import Claim, ClaimRequest
-from anarchon_core.backends import MemoryBackend
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.faults import FaultyBackend
 from anarchon_core.testing import LoopClock
@@ -28,66 +28,109 @@ from anarchon_core.testing import LoopClock
 IDS = [f"host-{n}:1:abc" for n in range(7)]
 HEARTBEAT_MS = 100
 LEASE_MS = 300
+FP = "fp-1"
 
 
-def views(k: int | None, ids: Sequence[str] = IDS) -> list[Candidates]:
+def holding(
+    ids: Sequence[str], jobs: Sequence[str] = ("job",), fp: str = FP
+) -> dict[str, dict[str, str]]:
+    """A registry read in which every instance of ``ids`` holds ``jobs`` as ``fp``."""
+    return {i: dict.fromkeys(jobs, fp) for i in ids}
+
+
+def views(
+    k: int | None, ids: Sequence[str] = IDS, jobs: Sequence[str] = ("job",)
+) -> list[Candidates]:
     """Every instance's view of the same registry, read at 0."""
     out = []
     for me in ids:
         view = Candidates(k, me, stale_after_ms=LEASE_MS)
-        view.update(ids, 0)
+        view.update(holding(ids, jobs), 0)
         out.append(view)
     return out
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_each_run_has_k_candidates_and_one_watcher(k: int) -> None:
-    cluster = views(k)
+    cluster = views(k, jobs=["orders:sync"])
     for slot in range(0, 400_000, 1000):
-        roles = Counter(view.role("orders:sync", slot, 0) for view in cluster)
+        roles = Counter(view.turn("orders:sync", FP, slot, 0).role for view in cluster)
         assert roles == {Role.CANDIDATE: k, Role.WATCHER: 1, Role.NONE: len(IDS) - k - 1}
 
 
-def test_the_roles_follow_the_shared_ranking() -> None:
+def test_the_turns_follow_the_shared_ranking() -> None:
     cluster = views(2)
-    ranking = cluster[0].ranking("job", 42_000)
+    ranking = cluster[0].ranking("job", FP, 42_000)
     assert sorted(ranking) == sorted(IDS)
-    assert all(view.ranking("job", 42_000) == ranking for view in cluster)
-    by_id = {view.me: view.role("job", 42_000, 0) for view in cluster}
-    assert [by_id[i] for i in ranking] == [Role.CANDIDATE] * 2 + [Role.WATCHER] + [Role.NONE] * 4
+    assert all(view.ranking("job", FP, 42_000) == ranking for view in cluster)
+    by_id = {view.me: view.turn("job", FP, 42_000, 0) for view in cluster}
+    assert [by_id[i].role for i in ranking] == [Role.CANDIDATE] * 2 + [Role.WATCHER] + [
+        Role.NONE
+    ] * 4
+    assert [by_id[i].rank for i in ranking[:3]] == [0, 1, 2]
 
 
 def test_the_load_is_spread_over_every_instance() -> None:
-    cluster = views(1)
+    jobs = [f"job{j}" for j in range(13)]
+    cluster = views(1, jobs=jobs)
     won = Counter(
         view.me
         for slot in range(0, 7_000_000, 1000)
         for view in cluster
-        if view.role(f"job{slot % 13}", slot, 0) == Role.CANDIDATE
+        if view.turn(f"job{slot % 13}", FP, slot, 0).role == Role.CANDIDATE
     )
     assert set(won) == set(IDS)
     assert max(won.values()) < 1.2 * min(won.values()), won
 
 
-def test_without_a_fresh_view_every_instance_is_a_candidate() -> None:
+def test_without_a_fresh_view_every_instance_claims_unranked() -> None:
     never = Candidates(2, IDS[0], stale_after_ms=LEASE_MS)
-    assert never.role("job", 0, 0) == Role.CANDIDATE
+    assert never.turn("job", FP, 0, 0).role == Role.UNRANKED
     unset = Candidates(None, IDS[0], stale_after_ms=LEASE_MS)
-    unset.update(IDS, 0)
-    assert all(unset.role("job", s, 0) == Role.CANDIDATE for s in range(0, 100_000, 1000))
+    unset.update(holding(IDS), 0)
+    assert all(unset.turn("job", FP, s, 0).role == Role.UNRANKED for s in range(0, 10**5, 1000))
     stale = views(1)
-    assert {v.role("job", 0, LEASE_MS + 1) for v in stale} == {Role.CANDIDATE}
+    assert {v.turn("job", FP, 0, LEASE_MS + 1).role for v in stale} == {Role.UNRANKED}
     few = views(3, IDS[:3])
-    assert {v.role("job", 0, 0) for v in few} == {Role.CANDIDATE}
+    assert {v.turn("job", FP, 0, 0).role for v in few} == {Role.CANDIDATE}
 
 
-def test_a_view_always_holds_its_own_instance_and_reports_departures() -> None:
+def test_instances_that_do_not_hold_the_job_are_not_ranked_for_it() -> None:
+    """Other services on the store (or replicas without the job) never take a run's
+    turns: two holders of a job among five instances are both its candidates."""
+    entries = holding(IDS[:2], ["a:tick"]) | holding(IDS[2:], ["b:other"])
+    for me in IDS[:2]:
+        view = Candidates(2, me, stale_after_ms=LEASE_MS)
+        view.update(entries, 0)
+        for slot in range(0, 100_000, 1000):
+            assert view.turn("a:tick", FP, slot, 0).role == Role.CANDIDATE
+        assert set(view.ranking("a:tick", FP, 0)) == set(IDS[:2])
+
+
+def test_differing_definitions_make_every_holder_claim() -> None:
+    """A rolling deploy that changes a job: old and new replicas cannot agree on a
+    ranking, so each claims (after a jitter) rather than trust one."""
+    entries = holding(IDS[:3], fp="old") | holding(IDS[3:], fp="new")
+    for me, fp in [(IDS[0], "old"), (IDS[5], "new")]:
+        view = Candidates(1, me, stale_after_ms=LEASE_MS)
+        view.update(entries, 0)
+        assert view.turn("job", fp, 0, 0).role == Role.UNRANKED
+        assert view.ranking("job", fp, 0) == []
+
+
+def test_an_instance_not_yet_in_its_own_view_claims_unranked() -> None:
     view = Candidates(1, "me", stale_after_ms=LEASE_MS)
-    assert view.update(["a", "b"], 0) == set()  # no earlier view: nobody departed
+    view.update(holding(["a", "b"]), 0)
+    assert view.turn("job", FP, 0, 0).role == Role.UNRANKED
+
+
+def test_a_view_reports_departures() -> None:
+    view = Candidates(1, "me", stale_after_ms=LEASE_MS)
+    assert view.update(holding(["me", "a", "b"]), 0) == set()  # no earlier view
     assert view.instances == {"me", "a", "b"}
-    assert view.update(["me", "b"], 100) == {"a"}
-    assert view.update(["b"], 10_000) == set()  # the earlier view was stale
-    assert view.instances == {"me", "b"}
+    assert view.update(holding(["me", "b"]), 100) == {"a"}
+    assert view.update(holding(["b"]), 10_000) == set()  # the earlier view was stale
+    assert view.instances == {"b"}
 
 
 @pytest.mark.parametrize("bad", [0, -1, MAX_CANDIDATES + 1, 1.5, "2", True])
@@ -97,7 +140,7 @@ def test_a_bad_candidate_count_is_refused_with_the_accepted_form(bad: object) ->
     assert check_candidates(None) is None and check_candidates(3) == 3
 
 
-def test_the_jitter_fraction_is_fixed_per_instance_and_slot() -> None:
+def test_the_unit_interval_is_fixed_per_seed_and_slot() -> None:
     draws = [unit_interval(12345, slot) for slot in range(0, 10_000_000, 1000)]
     assert all(0 <= d < 1 for d in draws)
     assert draws == [unit_interval(12345, slot) for slot in range(0, 10_000_000, 1000)]

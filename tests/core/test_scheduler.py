@@ -536,7 +536,7 @@ def test_a_forked_child_starts_with_its_own_default_instance_id(given: str | Non
 
 
 def test_catch_up_slots_are_the_latest_thousand() -> None:
-    from anarchon_core._engine import latest_slots
+    from anarchon_core.engine.catch_up import latest_slots
     from anarchon_core.schedules import Cron, Every
 
     day = 86_400_000

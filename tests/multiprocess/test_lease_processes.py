@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from anarchon_core import Status
-from anarchon_core._candidates import Candidates
+from anarchon_core.engine.candidates import Candidates
 
 from .cluster import cluster, starts
 
@@ -81,8 +81,8 @@ def test_a_slot_is_not_lost_when_both_its_candidates_are_killed(
         time.sleep(1.5)  # every worker has read the registry
         target = (int(time.time()) + 3) * 1000
         view = Candidates(2, ids[0], stale_after_ms=LEASE)
-        view.update(ids, 0)
-        victims = view.ranking("tick", target)[:2]
+        view.update({i: {"tick": "same"} for i in ids}, 0)  # one definition: one ranking
+        victims = view.ranking("tick", "same", target)[:2]
         time.sleep(max(target / 1000 - 0.5 - time.time(), 0))
         for victim in victims:
             c.signal(victim, signal.SIGKILL)

@@ -19,8 +19,8 @@ import threading
 import traceback
 from typing import Any
 
-from .context import RunContext
-from .job import Job
+from ..context import RunContext
+from ..job import Job
 
 __all__ = ["describe_exception", "start_handler"]
 

@@ -1,57 +1,35 @@
-"""The attempts this instance runs: the handler call, heartbeats, fencing, finish, hand-over.
+"""The attempts this instance runs: the handler call, its outcome, the hand-over.
 
-Every held attempt is in :attr:`Attempts.held` from the moment its claim or takeover
-was won until its outcome is recorded, so that its lease keeps being extended while
-the finish mark is (re)sent. The heartbeat is one batched store call per period for
-all held attempts; each acknowledgement moves the attempt's self-fence deadline to
-``lease_ms − heartbeat_ms`` after that heartbeat was sent, and one timer fences every
-runner whose deadline passes (the store stopped answering). The first deadline counts
-from the first send of the winning claim or takeover, and an answer that arrives after
-it starts nothing. Every time here is the event loop's clock, so a loop on virtual
-time runs the whole protocol on it.
-Each handler call runs inside its telemetry span (current while it runs); an attempt
-is counted as a run once its outcome is recorded.
+A won attempt runs in a task of its own; :class:`~.leases.Leases` keeps its lease from
+the moment it was won until its outcome is recorded. An answer that arrives past the
+attempt's self-fence deadline or its slot's horizon starts nothing. Each handler call
+runs inside its telemetry span (current while it runs); an attempt is counted as a run
+once its outcome is recorded. A stop hands over only attempts whose handler is still
+running: one whose handler returned keeps resending its finish, since a backup would
+run the handler a second time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ._execution import describe_exception, start_handler
-from ._support import Coalescer, EngineConfig, EngineLog, retry_store
-from .backend import Backend, FinishRequest, Lease
-from .context import RunContext, bounded_meta
-from .job import Job
-from .records import Origin, Status
+from ..backend import Backend, FinishRequest, Lease
+from ..context import RunContext, bounded_meta
+from ..job import Job
+from ..records import Origin, Status
+from .execution import describe_exception, start_handler
+from .leases import Attempt, Leases
+from .support import Coalescer, EngineConfig, EngineLog, Where, retry_store
 
-__all__ = ["Attempt", "Attempts"]
+__all__ = ["Attempts", "BeforeStart"]
+
+#: Awaited before a won attempt's handler starts; ``False``: release it instead.
+BeforeStart = Callable[[], Awaitable[bool]]
 
 #: Most finishes sent to the store in one request.
 MAX_FINISH_BATCH = 500
-
-
-@dataclass(eq=False)
-class Attempt:
-    """An attempt this instance runs."""
-
-    job: Job
-    lease: Lease
-    ctx: RunContext
-    #: When (loop time) the last acknowledged heartbeat was sent; at first, when the
-    #: claim or takeover that won the attempt was first sent.
-    last_ack: float
-    future: asyncio.Future[Any] | None = None
-    #: When (loop time) it fences itself unless a heartbeat is acknowledged first.
-    fence_at: float = float("inf")
-    lost: bool = False
-    done: bool = False
-    released: bool = False
-    #: Its finish mark was sent: a heartbeat refused (or unanswered) from then on may be
-    #: so because that mark landed first; the finish's own answer tells if it was fenced.
-    finishing: bool = False
 
 
 class Attempts:
@@ -62,11 +40,11 @@ class Attempts:
         self.config = config
         self.log = log
         self.telemetry = config.telemetry
-        self.held: dict[tuple[str, int], Attempt] = {}
+        self.leases = Leases(backend, config, log)
         self.tasks: set[asyncio.Task[Any]] = set()
+        #: The task of each attempt started here, until it ends.
+        self._running: dict[asyncio.Task[Any], Attempt] = {}
         self._lease = backend.capabilities.lease
-        #: One timer for every held attempt's self-fence, set for the soonest.
-        self._fence_timer: asyncio.TimerHandle | None = None
         #: The finishes of one event-loop iteration go to the store as one request.
         self._finishes = Coalescer(self._finish_one, backend.finish_many, MAX_FINISH_BATCH)
 
@@ -80,6 +58,7 @@ class Attempts:
         sent: float,
         horizon_end: int,
         store_now: int | None,
+        before: BeforeStart | None = None,
     ) -> asyncio.Task[Any] | None:
         """Run a won attempt in a task of its own and return that task.
 
@@ -92,7 +71,8 @@ class Attempts:
         time in the answer plus the round trip), so that no clock skew enters; by the
         local clock where the store gave no time. The attempt is then released at once
         (``interrupted``: its handler never ran), so that a backup takes the run over, or
-        ends it past its horizon, without waiting for the lease to expire.
+        ends it past its horizon, without waiting for the lease to expire. ``before`` is
+        awaited, lease held, before the handler starts; ``False`` releases the attempt.
         """
         ctx = self._context(job, lease, lease.attempt, origin)
         ctx.jitter_ms = jitter
@@ -102,19 +82,21 @@ class Attempts:
             if reason is not None:
                 self.telemetry.not_started(job.store_name, reason)
                 self.log.warn(
-                    job,
-                    lease.slot,
-                    lease.attempt,
                     "won, not started: the answer came %s",
                     "past the attempt's self-fence deadline"
                     if reason == "fence"
                     else "past the slot's horizon",
+                    job=job,
+                    slot=lease.slot,
+                    attempt=lease.attempt,
                 )
                 self._track(asyncio.ensure_future(self._give_back(job, lease)))
                 return None
-            self.held[(lease.job, lease.slot)] = attempt
-            self._arm_self_fence(attempt)
-        return self._track(asyncio.ensure_future(self._run(attempt)))
+            self.leases.hold(attempt)
+        task = self._track(asyncio.ensure_future(self._run(attempt, before)))
+        self._running[task] = attempt
+        task.add_done_callback(self._running.pop)
+        return task
 
     def _track(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
         self.tasks.add(task)
@@ -135,25 +117,20 @@ class Attempts:
         except Exception as exc:
             self.telemetry.store_error("release", job.store_name)
             self.log.warn(
-                job,
-                lease.slot,
-                lease.attempt,
                 "could not release the attempt not started (it expires): %s",
                 exc,
+                job=job,
+                slot=lease.slot,
+                attempt=lease.attempt,
             )
 
     def _too_late(self, attempt: Attempt, horizon_end: int, store_now: int | None) -> str | None:
         """Why a won attempt may not start now (``fence`` or ``horizon``), or ``None``."""
-        if asyncio.get_running_loop().time() >= attempt.last_ack + self._fence_window_s:
+        if asyncio.get_running_loop().time() >= attempt.last_ack + self.leases.fence_window_s:
             return "fence"
         if (self.config.clock() if store_now is None else store_now) > horizon_end:
             return "horizon"
         return None
-
-    @property
-    def _fence_window_s(self) -> float:
-        """How long a runner may go without an acknowledged heartbeat before it fences."""
-        return (self.config.lease_ms - self.config.heartbeat_ms) / 1000
 
     def _context(self, job: Job, lease: Lease, number: int, origin: Origin) -> RunContext:
         return RunContext(
@@ -167,34 +144,37 @@ class Attempts:
             lease=lease,
         )
 
-    async def _run(self, attempt: Attempt) -> None:
+    async def _run(self, attempt: Attempt, before: BeforeStart | None) -> None:
         job, lease, ctx = attempt.job, attempt.lease, attempt.ctx
-        self.log.info(job, lease.slot, lease.attempt, "run started (%s)", ctx.origin)
-        self.telemetry.run_started(job.store_name, (self.config.clock() - lease.slot) / 1000)
-        began = asyncio.get_running_loop().time()
+        where: Where = {"job": job, "slot": lease.slot, "attempt": lease.attempt}
         try:
+            if before is not None and not await before():
+                attempt.released = True
+                await self._give_back(job, lease)
+                return
+            self.log.info("run started (%s)", ctx.origin, **where)
+            self.telemetry.run_started(job.store_name, (self.config.clock() - lease.slot) / 1000)
+            began = asyncio.get_running_loop().time()
             status, error = await self._call(attempt)
             if not self._lease:
                 status, error = await self._retry_in_process(attempt, status, error)
             if (attempt.lost or attempt.released) and not attempt.ctx.recorded:
                 self.log.warn(
-                    job,
-                    lease.slot,
-                    lease.attempt,
                     "run ended after losing its lease (%s): outcome not recorded",
                     ctx.cancel_reason,
+                    **where,
                 )
                 return
+            attempt.finishing = True  # from here on, never handed over
             retry_in = self._retry_delay(job, lease.attempt) if status == Status.FAILED else None
             log = self.log.info if status == Status.SUCCESS else self.log.warn
-            log(job, lease.slot, lease.attempt, "run %s%s", status, f": {error}" if error else "")
+            log("run %s%s", status, f": {error}" if error else "", **where)
             duration = asyncio.get_running_loop().time() - began
             if await self._finish(attempt, status, error, retry_in):
                 self.telemetry.run_ended(job.store_name, status, duration, self.config.clock())
         finally:
             attempt.done = True
-            if self.held.get((lease.job, lease.slot)) is attempt:
-                del self.held[(lease.job, lease.slot)]
+            self.leases.drop(attempt)
 
     async def _call(self, attempt: Attempt) -> tuple[Status, str | None]:
         """One handler call, inside its span: the handler's own spans nest under it."""
@@ -223,7 +203,7 @@ class Attempts:
             future.cancel()
             raise
         if not done:
-            self._signal(attempt, "timeout")
+            attempt.signal("timeout")
             return Status.FAILED, f"timed out after {timeout_ms} ms", None
         if future.cancelled():
             return Status.FAILED, f"cancelled ({ctx.cancel_reason or 'by the handler'})", None
@@ -248,12 +228,12 @@ class Attempts:
                 break
             delay = job.options.retry_backoff_ms * 2 ** (number - 1)
             self.log.warn(
-                job,
-                lease.slot,
-                number,
                 "failed, retrying in this process in %d ms: %s",
                 delay,
                 error,
+                job=job,
+                slot=lease.slot,
+                attempt=number,
             )
             await asyncio.sleep(delay / 1000)
             number += 1
@@ -277,7 +257,6 @@ class Attempts:
             return True  # the claim is all such a store records
         meta = bounded_meta(attempt.ctx.meta)
         job, lease = attempt.job, attempt.lease
-        attempt.finishing = True
         request = FinishRequest(lease, status, error, meta, retry_in)
         ok = await retry_store(
             lambda: self._finishes.call(request),
@@ -294,7 +273,10 @@ class Attempts:
         if ok is False:
             self.telemetry.fenced(job.store_name, "finish")
             self.log.warn(
-                job, lease.slot, lease.attempt, "finish rejected: this attempt was fenced"
+                "finish rejected: this attempt was fenced",
+                job=job,
+                slot=lease.slot,
+                attempt=lease.attempt,
             )
             return False
         return True
@@ -308,124 +290,69 @@ class Attempts:
             retry_in_ms=request.retry_in_ms,
         )
 
-    def _signal(self, attempt: Attempt, reason: str) -> None:
-        attempt.ctx._cancel(reason)
-        if attempt.job.is_async and attempt.future is not None:
-            attempt.future.cancel()
-
-    # -- leases ------------------------------------------------------------------
-    def _arm_self_fence(self, attempt: Attempt) -> None:
-        """Stop a runner before any backup could take over if its heartbeats go unanswered.
-
-        One timer serves every held attempt (a timer per attempt, re-made at every
-        acknowledgement, would be thousands of long-lived timer handles to collect): it
-        is set no later than the soonest deadline (an acknowledgement moves deadlines
-        later and leaves it early) and, when it fires, fences what is due and is set
-        again for the soonest deadline left.
-        """
-        loop = asyncio.get_running_loop()
-        attempt.fence_at = attempt.last_ack + self._fence_window_s
-        timer = self._fence_timer
-        if timer is None or attempt.fence_at < timer.when():
-            self._set_fence_timer(loop, attempt.fence_at)
-
-    def _set_fence_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        if self._fence_timer is not None:
-            self._fence_timer.cancel()
-        self._fence_timer = loop.call_at(when, self._fence_due, loop, when)
-
-    def close(self) -> None:
-        """Cancel the self-fence timer (every attempt has ended)."""
-        if self._fence_timer is not None:
-            self._fence_timer.cancel()
-            self._fence_timer = None
-
-    def _fence_due(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        """Fence every held attempt whose deadline has come (the loop runs a timer
-        slightly before its time, within the clock's resolution); wait for the next."""
-        self._fence_timer = None
-        now = max(loop.time(), when)
-        live = [a for a in self.held.values() if not (a.done or a.lost or a.released)]
-        later = [a.fence_at for a in live if a.fence_at > now]
-        if later:  # first: a failure below must not stop the other attempts' fencing
-            self._set_fence_timer(loop, min(later))
-        for attempt in live:
-            if attempt.fence_at <= now:
-                try:
-                    self._lose(attempt, "no heartbeat acknowledged")
-                except Exception as exc:  # a logging filter or a metrics exporter
-                    loop.call_exception_handler(
-                        {"message": "anarchon: self-fencing an attempt failed", "exception": exc}
-                    )
-
-    def _lose(self, attempt: Attempt, reason: str) -> None:
-        if attempt.done or attempt.lost or attempt.finishing:  # the finish's answer decides
-            return
-        attempt.lost = True
-        self.telemetry.lost_lease(attempt.job.store_name)
-        self.log.warn(
-            attempt.job, attempt.lease.slot, attempt.lease.attempt, "lost the run: %s", reason
-        )
-        self._signal(attempt, f"lease lost: {reason}")
-
-    async def heartbeat_loop(self) -> None:
-        """Extend every held lease once per heartbeat period, in one batched call.
-
-        Sent at a fixed rate, and at least twice per self-fence window
-        (``lease_ms − heartbeat_ms``), so that a lease of twice the heartbeat still
-        gets an acknowledgement before its runner would fence itself.
-        """
-        config = self.config
-        period = min(config.heartbeat_ms, (config.lease_ms - config.heartbeat_ms) / 2) / 1000
-        loop = asyncio.get_running_loop()
-        next_at = loop.time()
-        while True:
-            next_at = max(next_at + period, loop.time())
-            await asyncio.sleep(next_at - loop.time())
-            held = [a for a in self.held.values() if not (a.done or a.lost)]
-            if not held:
-                continue
-            sent = loop.time()
-            try:
-                verdicts = await self.backend.heartbeat(
-                    [a.lease for a in held], self.config.lease_ms
-                )
-            except Exception as exc:
-                self.telemetry.store_error("heartbeat")
-                self.log.warn(None, None, None, "heartbeat failed: %s", exc)
-                continue
-            for attempt, ok in zip(held, verdicts, strict=True):
-                if attempt.done or attempt.released or (attempt.finishing and not ok):
-                    continue
-                if ok:
-                    attempt.last_ack = sent
-                    self._arm_self_fence(attempt)
-                else:
-                    self.telemetry.fenced(attempt.job.store_name, "heartbeat")
-                    self._lose(attempt, "heartbeat rejected by the store")
+    # -- stop --------------------------------------------------------------------------
+    @staticmethod
+    def _returned(attempt: Attempt) -> bool:
+        """The handler has returned (its outcome is being recorded, or about to be)."""
+        return attempt.finishing or (attempt.future is not None and attempt.future.done())
 
     async def hand_over(self) -> None:
-        """Cancel what still runs and release its leases so that a backup starts at once."""
-        remaining = [a for a in self.held.values() if not a.done]
-        for attempt in remaining:
+        """Cancel the handlers that still run and release their leases, so that a backup
+        starts at once. An attempt whose handler returned is not handed over (a backup
+        would run it again): its finish goes on, see :meth:`drain_finishes`."""
+        running = {
+            task: a for task, a in self._running.items() if not (a.done or self._returned(a))
+        }
+        for attempt in running.values():
             attempt.released = True
-            self._signal(attempt, "stopping")
-        if self._lease and remaining:
+            attempt.signal("stopping")
+        held = [a for a in running.values() if a in self.leases.held.values()]
+        if self._lease and held:
             results = await asyncio.gather(
-                *(self.backend.release(a.lease) for a in remaining), return_exceptions=True
+                *(self.backend.release(a.lease) for a in held), return_exceptions=True
             )
-            for attempt, result in zip(remaining, results, strict=True):
-                where = (attempt.job, attempt.lease.slot, attempt.lease.attempt)
+            for attempt, result in zip(held, results, strict=True):
+                where: Where = {
+                    "job": attempt.job,
+                    "slot": attempt.lease.slot,
+                    "attempt": attempt.lease.attempt,
+                }
                 if isinstance(result, BaseException):
                     self.telemetry.store_error("release", attempt.job.store_name)
                     self.log.warn(
-                        *where,
                         "could not release the lease at stop (a backup "
                         "takes over after expiry): %s",
                         result,
+                        **where,
                     )
                 else:
                     self.telemetry.handed_over(attempt.job.store_name)
-                    self.log.info(*where, "handed over at stop")
-        for task in list(self.tasks):
+                    self.log.info("handed over at stop", **where)
+        finishing = {task for task, a in self._running.items() if task not in running}
+        for task in self.tasks - finishing:
             task.cancel()
+
+    async def drain_finishes(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the finishes still being sent at a stop; one that
+        cannot land by then is left to its lease's expiry, as after a crash (the store
+        cannot know that the handler returned: a backup runs it again)."""
+        finishing = {
+            task: a for task, a in self._running.items() if not task.done() and self._returned(a)
+        }
+        if not finishing:
+            return
+        _, pending = await asyncio.wait(finishing, timeout=max(timeout_s, 0.0))
+        for task in pending:
+            attempt = finishing[task]
+            self.log.warn(
+                "stopping with its outcome not recorded: its lease expires, and a backup "
+                "may run it again",
+                job=attempt.job,
+                slot=attempt.lease.slot,
+                attempt=attempt.lease.attempt,
+            )
+            task.cancel()
+
+    def close(self) -> None:
+        """Every attempt has ended: no self-fence is due any more."""
+        self.leases.close()

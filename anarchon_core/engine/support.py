@@ -6,14 +6,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
-from .backend import wall_clock_ms
-from .errors import SchemaVersionError
-from .job import Job
-from .telemetry import Telemetry
+from ..backend import wall_clock_ms
+from ..errors import SchemaVersionError
+from ..job import Job
+from ..telemetry import Telemetry
 
-__all__ = ["Coalescer", "EngineConfig", "EngineLog", "retry_store"]
+__all__ = ["Coalescer", "EngineConfig", "EngineLog", "Where", "retry_store"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -28,46 +28,68 @@ class EngineConfig:
     logger: logging.Logger
     clock: Callable[[], int] = wall_clock_ms
     telemetry: Telemetry = field(default_factory=Telemetry)
-    #: Instances that claim each run (``None``: every instance); see ``_candidates``.
+    #: Instances that claim each run (``None``: every instance); see :mod:`.candidates`.
     candidates: int | None = None
 
 
+class Where(TypedDict, total=False):
+    """The run a log record concerns, as :class:`EngineLog`'s keywords."""
+
+    job: Job | None
+    slot: int | None
+    attempt: int | None
+
+
 class EngineLog:
-    """Log records that carry job, slot, attempt and instance as ``extra`` fields."""
+    """Log records that carry job, slot, attempt and instance as ``extra`` fields.
+
+    ``log.warn("claim failed: %s", exc, job=job, slot=slot)``: the message first, the
+    run it concerns by keyword (each optional).
+    """
 
     def __init__(self, logger: logging.Logger, instance_id: str) -> None:
         self.logger = logger
         self.instance_id = instance_id
 
     def info(
-        self, job: Job | None, slot: int | None, attempt: int | None, msg: str, *args: Any
+        self,
+        msg: str,
+        *args: Any,
+        job: Job | None = None,
+        slot: int | None = None,
+        attempt: int | None = None,
     ) -> None:
-        self._log(logging.INFO, job, slot, attempt, msg, args)
+        self._log(logging.INFO, msg, args, job, slot, attempt)
 
     def warn(
-        self, job: Job | None, slot: int | None, attempt: int | None, msg: str, *args: Any
+        self,
+        msg: str,
+        *args: Any,
+        job: Job | None = None,
+        slot: int | None = None,
+        attempt: int | None = None,
     ) -> None:
-        self._log(logging.WARNING, job, slot, attempt, msg, args)
+        self._log(logging.WARNING, msg, args, job, slot, attempt)
 
     def error(
         self,
-        job: Job | None,
-        slot: int | None,
-        attempt: int | None,
         msg: str,
         *args: Any,
+        job: Job | None = None,
+        slot: int | None = None,
+        attempt: int | None = None,
         exc_info: BaseException | None = None,
     ) -> None:
-        self._log(logging.ERROR, job, slot, attempt, msg, args, exc_info)
+        self._log(logging.ERROR, msg, args, job, slot, attempt, exc_info)
 
     def _log(
         self,
         level: int,
+        msg: str,
+        args: tuple[Any, ...],
         job: Job | None,
         slot: int | None,
         attempt: int | None,
-        msg: str,
-        args: tuple[Any, ...],
         exc_info: BaseException | None = None,
     ) -> None:
         if not self.logger.isEnabledFor(level):
@@ -124,10 +146,25 @@ async def retry_store(
             if deadline is not None:
                 left = (deadline - config.clock()) / 1000
                 if left <= 0:
-                    log.warn(job, slot, attempt, "%s gave up, store unavailable: %s", what, exc)
+                    log.warn(
+                        "%s gave up, store unavailable: %s",
+                        what,
+                        exc,
+                        job=job,
+                        slot=slot,
+                        attempt=attempt,
+                    )
                     return None
                 wait = min(delay, left)  # one last try at the deadline, not seconds past it
-            log.warn(job, slot, attempt, "%s failed, retrying in %.2fs: %s", what, wait, exc)
+            log.warn(
+                "%s failed, retrying in %.2fs: %s",
+                what,
+                wait,
+                exc,
+                job=job,
+                slot=slot,
+                attempt=attempt,
+            )
             config.telemetry.store_retry(operation)
             await asyncio.sleep(wait)
             delay = min(delay * 2, max_delay_s)

@@ -1,0 +1,146 @@
+"""This instance's registry entry, and its view of the others.
+
+An instance stays in the registry while its slot loop claims: it refreshes its entry
+every heartbeat (the entry expires one lease after the last refresh) and leaves as soon
+as it stops claiming, at a stop or when an engine loop dies, long before its runs are
+handed over. Each refresh reads the live entries back: the candidate ranking follows
+them (:mod:`.candidates`), instances that left have their passed slots rescued, and
+every few refreshes replicas that disagree about a job's definition are reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..backend import Backend, InstanceInfo, jobs_json
+from ..errors import CapabilityError
+from ..job import Job
+from ..operations import fingerprint_mismatches
+from .candidates import Candidates
+from .support import EngineConfig, EngineLog
+
+__all__ = ["Registry"]
+
+#: Compare the live instances' job fingerprints every this many registry refreshes.
+MISMATCH_CHECK_PERIODS = 30
+#: How long leaving the registry may take (it expires on its own after one lease).
+LEAVE_TIMEOUT_S = 2.0
+
+
+class Registry:
+    """Keeps this instance's entry and feeds the candidate ranking."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: EngineConfig,
+        log: EngineLog,
+        jobs: dict[str, Job],
+        candidates: Candidates,
+        *,
+        skew: Callable[[], int],
+        on_departed: Callable[[int], None],
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.log = log
+        self.jobs = jobs
+        self.candidates = candidates
+        self.telemetry = config.telemetry
+        self._skew = skew
+        self._on_departed = on_departed
+        self._started_at = config.clock()
+        self._reported_mismatches: set[str] = set()
+
+    def instance_info(self) -> InstanceInfo:
+        """What this instance tells the registry: who it is and the specs of its jobs."""
+        jobs = {name: job.spec() for name, job in self.jobs.items()}
+        return InstanceInfo(
+            instance_id=self.config.instance_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            version=_version(),
+            started_at=self._started_at,
+            last_seen=0,
+            jobs=jobs,
+            jobs_json=jobs_json(self.config.instance_id, jobs),
+        )
+
+    async def loop(self) -> None:
+        """Stay in the registry while alive (expiring one lease after the last refresh)."""
+        info = self.instance_info()
+        periods = 0
+        while True:
+            try:
+                await self.backend.register(
+                    replace(info, skew_ms=self._skew()), self.config.lease_ms
+                )
+                ranking = self.candidates.k is not None
+                if ranking or periods % MISMATCH_CHECK_PERIODS == 0:
+                    live = await self.backend.instances()
+                    if ranking:
+                        self.new_view(live)
+                    if periods % MISMATCH_CHECK_PERIODS == 0:
+                        self._check_fingerprints(live)
+            except CapabilityError as exc:  # a store without a registry: nothing to refresh
+                self.log.warn("no instance registry: %s", exc)
+                return
+            except Exception as exc:
+                self.telemetry.store_error("registry")
+                self.log.warn("registry refresh failed: %s", exc)
+            periods += 1
+            await asyncio.sleep(self.config.heartbeat_ms / 1000)
+
+    def new_view(self, live: list[InstanceInfo]) -> None:
+        """Rank by a fresh registry read; rescue the passed slots of departed instances.
+
+        An instance that stops leaves at once; one that died leaves one lease after its
+        last refresh, so its slots are rescued at most ``lease_ms + heartbeat_ms`` after.
+        """
+        now = self.config.clock()
+        entries = {
+            info.instance_id: {
+                job: str(spec.get("fingerprint", "")) for job, spec in info.jobs.items()
+            }
+            for info in live
+        }
+        departed = self.candidates.update(entries, now)
+        if departed:
+            self.log.info("instance(s) left the registry: %s", sorted(departed))
+            self._on_departed(now)
+
+    async def leave(self) -> None:
+        """Leave the registry now (it expires on its own if this fails)."""
+        try:
+            async with asyncio.timeout(LEAVE_TIMEOUT_S):
+                await self.backend.unregister(self.config.instance_id)
+        except CapabilityError:
+            pass
+        except Exception as exc:
+            self.log.warn("could not leave the instance registry: %s", exc)
+
+    def _check_fingerprints(self, live: list[InstanceInfo]) -> None:
+        """Warn when live replicas disagree about one of our jobs (a rolling deploy)."""
+        mismatches = {
+            job: prints for job, prints in fingerprint_mismatches(live).items() if job in self.jobs
+        }
+        changed = mismatches.keys() != self._reported_mismatches
+        self.telemetry.fingerprints(self.jobs, set(mismatches), changed=changed)
+        if mismatches and changed:
+            self.log.warn(
+                "live instances disagree about the schedule or options of: %s",
+                "; ".join(f"{job} ({len(p)} versions)" for job, p in mismatches.items()),
+            )
+        self._reported_mismatches = set(mismatches)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("anarchon")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        return "unknown"
