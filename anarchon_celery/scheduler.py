@@ -406,7 +406,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 self._background = background
         failed = background.scheduler.failed
         if failed is not None:
-            raise RuntimeError(f"anarchon cannot use its store: {failed}") from failed
+            raise RuntimeError(f"anarchon stopped claiming: {failed}") from failed
         if not background.running:
             raise RuntimeError("the anarchon scheduler thread ended unexpectedly")
         return float(min(self.max_interval or TICK_SECONDS, TICK_SECONDS))

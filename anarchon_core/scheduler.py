@@ -457,15 +457,24 @@ class Scheduler:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, signalled)
                 installed.append(sig)
+        engine: Engine | None = None
         try:
             await self.start()
-            await stop.wait()
+            engine = self._engine
+            if engine is not None:  # a loop that dies ends the run, after the stop
+                await _first_of(stop.wait(), engine.failed_event.wait())
+            else:
+                await stop.wait()
         finally:
             try:
                 await self.stop(grace_ms)  # a second signal hurries it (handlers stay)
             finally:
                 for sig in installed:
                     loop.remove_signal_handler(sig)
+        if engine is not None and engine.failed is not None:
+            raise SchedulerStateError(
+                f"anarchon stopped claiming: {engine.failed}"
+            ) from engine.failed
 
     def validate(self) -> None:
         """Refuse now what ``start()`` would refuse: a lease-only option (takeovers,
@@ -583,3 +592,13 @@ def _instance_id(value: object) -> str | None:
             f"{MAX_INSTANCE_ID_LENGTH} characters"
         )
     return value
+
+
+async def _first_of(*waits: Awaitable[Any]) -> None:
+    """Return when the first of ``waits`` is done, cancelling the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
