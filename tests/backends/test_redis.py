@@ -323,35 +323,50 @@ def round_trips_for(commands: int) -> int:
     return -(-commands // MAX_BATCH)
 
 
-async def test_concurrent_claims_share_round_trips_and_get_their_own_answers() -> None:
+async def won(backend: RedisBackend, now: int, jobs: list[str]) -> list[Lease]:
+    """Claim ``jobs`` at ``now`` in one batch; the leases won."""
+    claims = await backend.claim_many([request(now, job=job, token=f"t{job}") for job in jobs])
+    assert {claim.outcome for claim in claims} == {Outcome.WON}
+    return [Lease(job, now, 1, f"t{job}") for job in jobs]
+
+
+async def test_concurrent_calls_share_round_trips_and_get_their_own_answers() -> None:
     url, prefix = shared_redis_url(), fresh_prefix()
     async with opened(url=url, prefix=prefix) as backend:
         now = await backend.now_ms()
         jobs = [f"job{i}" for i in range(300)]
         sent = backend.round_trips
-        claims = await asyncio.gather(*(backend.claim(request(now, job=job)) for job in jobs))
-        # A job's first claim is two commands: its index entry and the script.
-        assert backend.round_trips - sent == round_trips_for(2 * len(jobs)) < len(jobs)
-        assert {claim.outcome for claim in claims} == {Outcome.WON}
-        # Each job's first claim carried its index entry, in the same round trip.
+        leases = await won(backend, now, jobs)
+        # One claim request is one round trip: its scripts and the jobs' index entries.
+        assert backend.round_trips - sent == 1
         with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
             assert raw.smembers(f"{prefix}:jobs") == set(jobs)
         assert set(jobs) <= backend._indexed
 
-        other = replace(request(now), instance_id="other:2:fedcba")
+        # Concurrent heartbeats and finishes coalesce, each answered for its own lease.
         sent = backend.round_trips
-        again = await asyncio.gather(
-            *(backend.claim(replace(other, job=job, token=f"t{job}")) for job in jobs)
-        )
+        beats = await asyncio.gather(*(backend.heartbeat([lease], 60_000) for lease in leases))
         assert backend.round_trips - sent == round_trips_for(len(jobs))
-        assert {claim.outcome for claim in again} == {Outcome.TAKEN}
-
-        # Finishes coalesce too, each answered for its own lease.
-        mine = [Lease(job, now, 1, "wrong" if i % 2 else "") for i, job in enumerate(jobs)]
+        assert beats == [[True]] * len(jobs)
+        mine = [replace(lease, token="wrong") if i % 2 else lease for i, lease in enumerate(leases)]
         sent = backend.round_trips
         finished = await asyncio.gather(*(backend.finish(lease, Status.SUCCESS) for lease in mine))
         assert backend.round_trips - sent == round_trips_for(len(jobs))
-        assert finished == [False] * len(jobs)  # no token matches: nothing is finished
+        assert finished == [i % 2 == 0 for i in range(len(jobs))]
+
+
+async def test_claims_are_not_queued_behind_other_calls() -> None:
+    """A claim is a round trip of its own, on a pool connection of its own: a reply
+    delayed on the queue's pipeline cannot hold it past its horizon."""
+    async with opened() as backend:
+        now = await backend.now_ms()
+        (lease,) = await won(backend, now, ["held"])
+        sent = backend.round_trips
+        beat = asyncio.ensure_future(backend.heartbeat([lease], 60_000))
+        claims = await asyncio.gather(*(backend.claim(request(now, job=f"c{i}")) for i in range(3)))
+        assert [claim.outcome for claim in claims] == [Outcome.WON] * 3
+        assert await beat == [True]
+        assert backend.round_trips - sent == 4
 
 
 async def test_calls_leave_and_resume_in_the_order_they_were_made() -> None:
@@ -383,34 +398,36 @@ async def test_a_script_error_fails_only_its_own_caller() -> None:
     url, prefix = shared_redis_url(), fresh_prefix()
     async with opened(url=url, prefix=prefix) as backend:
         now = await backend.now_ms()
+        leases = await won(backend, now, ["a", "bad", "b", "c"])
         with sync_redis.Redis.from_url(url) as raw:  # a run key of the wrong type: WRONGTYPE
+            raw.delete(f"{prefix}:{{bad}}:run:{now}")
             raw.set(f"{prefix}:{{bad}}:run:{now}", "not a hash")
-        jobs = ["a", "bad", "b", "c"]
         sent = backend.round_trips
         results = await asyncio.gather(
-            *(backend.claim(request(now, job=job)) for job in jobs), return_exceptions=True
+            *(backend.finish(lease, Status.SUCCESS) for lease in leases), return_exceptions=True
         )
         assert backend.round_trips - sent == 1
         error = results.pop(1)
         assert isinstance(error, BackendError) and not isinstance(error, BackendUnavailable)
         assert "WRONGTYPE" in str(error)
-        assert [claim.outcome for claim in results] == [Outcome.WON] * 3  # type: ignore[union-attr]
+        assert results == [True] * 3
 
 
 async def test_a_coalesced_batch_reloads_forgotten_scripts(own_server: Server) -> None:
     async with opened(url=own_server.url, prefix="p") as backend:
         now = await backend.now_ms()
+        jobs = [f"job{i}" for i in range(20)]
+        leases = await won(backend, now, [*jobs, "bad"])
         with sync_redis.Redis.from_url(own_server.url) as raw:
+            raw.delete(f"p:{{bad}}:run:{now}")
             raw.set(f"p:{{bad}}:run:{now}", "not a hash")
             raw.script_flush()
-        jobs = [f"job{i}" for i in range(20)]
         sent = backend.round_trips
         results = await asyncio.gather(
-            *(backend.claim(request(now, job=job)) for job in [*jobs, "bad"]),
-            return_exceptions=True,
+            *(backend.finish(lease, Status.SUCCESS) for lease in leases), return_exceptions=True
         )
         assert backend.round_trips - sent == 2  # NOSCRIPT, then the load and the calls again
-        assert [getattr(claim, "outcome", None) for claim in results[:-1]] == [Outcome.WON] * 20
+        assert results[:-1] == [True] * 20
         assert isinstance(results[-1], BackendError) and "WRONGTYPE" in str(results[-1])
         assert (await backend.claim(request(now, job="job0"))).outcome == Outcome.TAKEN
 
@@ -430,7 +447,8 @@ async def test_a_cancelled_caller_stops_waiting_alone() -> None:
 async def test_close_fails_calls_in_flight_and_leaves_no_task(steps: int) -> None:
     async with opened() as backend:
         now = await backend.now_ms()
-        tasks = [asyncio.create_task(backend.claim(request(now, job=f"j{i}"))) for i in range(5)]
+        leases = await won(backend, now, [f"j{i}" for i in range(5)])
+        tasks = [asyncio.create_task(backend.heartbeat([lease], 60_000)) for lease in leases]
         for _ in range(steps):  # 1: the calls are queued; 2: the flusher is sending them
             await asyncio.sleep(0)
         flusher = backend._flusher

@@ -12,7 +12,9 @@ socket wake-ups) than a command in it, so the calls issued while a pipeline is i
 flight queue up and leave together in the next one. A lone call still leaves at the
 end of the current event-loop iteration: there is no timer, so an idle store adds no
 latency. One queue keeps the calls in the order they were made (a heartbeat issued
-after a finish cannot overtake it), and their callers resume in that order.
+after a finish cannot overtake it), and their callers resume in that order. Claims are
+the exception (``_eval_alone``): each request is a round trip of its own, so that a
+stalled reply on the queue's connection cannot hold them past their horizon.
 """
 
 from __future__ import annotations
@@ -364,6 +366,25 @@ class RedisBackend(Backend):
         for script, keys, args in calls:
             commands.append((script, ("EVALSHA", script.sha, len(keys), *keys, *args)))
         result: list[Any] = await self._enqueue(commands, len(before), single=False)
+        return result
+
+    async def _eval_alone(
+        self, calls: Sequence[Call], *, before: Sequence[Sequence[str | int]] = ()
+    ) -> list[Any]:
+        """Like :meth:`_eval_batch`, in a round trip of its own instead of the queue.
+
+        Claims go this way: a reply delayed on the queue's pipeline (a slow network, a
+        stalled connection) would hold every claim queued behind it, possibly past the
+        claims' horizon. Alone, each claim request takes a pool connection of its own,
+        and a retry of one that stalls goes out on another.
+        """
+        self.client  # noqa: B018 - refuse at once when not open
+        commands: list[Command] = [(None, command) for command in before]
+        for script, keys, args in calls:
+            commands.append((script, ("EVALSHA", script.sha, len(keys), *keys, *args)))
+        call = _Queued(commands, asyncio.get_running_loop().create_future(), len(before), False)
+        await self._send([call])
+        result: list[Any] = await call.future
         return result
 
     async def _enqueue(self, commands: list[Command], scripts_from: int, *, single: bool) -> Any:

@@ -84,14 +84,14 @@ class _RunsBackend(RedisBackend):
 
         Groups hold up to ``SCRIPT_BATCH`` claims (on Redis Cluster, of one hash slot);
         the jobs' index entries go in the same round trip. A lone claim is a group of
-        one, coalesced with concurrent calls like every script call.
+        one. Claims are not queued behind other calls (see ``_eval_alone``).
         """
         if not requests:
             return []
         groups = self._groups([request.job for request in requests])
         calls = [self._claim_call([requests[at] for at in group]) for group in groups]
         index = self._index_many(request.job for request in requests)
-        replies = await self._eval_batch(calls, before=index)
+        replies = await self._eval_alone(calls, before=index)
         if index:
             self._indexed.update(request.job for request in requests)
         claims: dict[int, Claim] = {}
