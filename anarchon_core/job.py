@@ -204,11 +204,6 @@ class Job:
         gap = self.schedule.next_slot(slot) - slot
         return min(gap, MAX_MISFIRE_GRACE_MS)
 
-    def jitter_bound_ms(self, slot: int) -> int:
-        """Jitter for a slot is uniform in [0, min(jitter_ms, gap to next slot / 4)]."""
-        gap = self.schedule.next_slot(slot) - slot
-        return min(self.options.jitter_ms, gap // 4)
-
     def describe(self) -> str:
         return self.schedule.describe()
 

@@ -29,6 +29,7 @@ from anarchon_core import api
 from anarchon_core.backend import InstanceInfo
 from anarchon_core.backends.memory import MemoryBackend
 from anarchon_core.durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms
+from anarchon_core.engine.planner import jitter_bound_ms
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import MAX_HORIZON_MS, JobOptions
 from anarchon_core.records import iso_utc
@@ -122,7 +123,7 @@ def round_trips(scheduler: Scheduler, name: str) -> None:
             fits(slot, duration)
         retries = min(options.retries, options.max_attempts - 1)
         fits(slot, options.retry_backoff_ms * (2**retries - 1))
-        assert 0 <= job.jitter_bound_ms(slot) <= options.jitter_ms
+        assert 0 <= jitter_bound_ms(job, slot) <= min(options.jitter_ms, job.horizon_ms(slot))
     json.dumps(job.spec())
     row = asyncio.run(api_row(job.store_name, job.spec()))
     assert row["schedule"] == job.describe()
