@@ -4,9 +4,12 @@ Catch-up runs are claimed in slot order and one at a time across the cluster: be
 claiming the next slot, an instance waits until the previous catch-up run has ended,
 whichever instance won it. They are exempt from skipping each other, not from the
 overlap rule: a won catch-up run waits, lease held, for the job's live run of another
-origin (the current slot) to end before its handler starts, within the catch-up window.
-The check follows the claim, so a run claimed after it is skipped by the store, and one
-claimed before it is seen by the check.
+origin (another instance's current slot) to end before its handler starts, within the
+catch-up window. The check follows the claim, so a run claimed after it is skipped by
+the store, and one claimed before it is seen by the check. This instance's own slots
+that come due while it catches a job up (``overlap="skip"``) are handed to the catch-up
+(:meth:`CatchUp.defer`) and claimed, in order, once the missed ones have run: they are
+neither skipped for the catch-up's sake nor run beside it.
 """
 
 from __future__ import annotations
@@ -41,8 +44,41 @@ class CatchUp:
         self.config = config
         self.log = log
         self.claimer = claimer
+        #: The jobs being caught up, each with the scheduled slots handed to it.
+        self._deferred: dict[str, list[int]] = {}
+
+    def defer(self, job: Job, slot: int) -> bool:
+        """Take a scheduled slot of ``job`` if the job is being caught up (and may not
+        overlap): it is claimed after the missed slots. ``False``: claim it as usual."""
+        deferred = self._deferred.get(job.store_name)
+        if deferred is None or job.options.overlap != "skip":
+            return False
+        deferred.append(slot)
+        return True
 
     async def run(self, job: Job) -> None:
+        """Catch ``job`` up, then claim the scheduled slots handed over meanwhile."""
+        deferred = self._deferred[job.store_name] = []
+        try:
+            await self._catch_up(job)
+            while deferred:  # no await between the last check and the del: none is lost
+                slot = deferred.pop(0)
+                horizon = job.horizon_ms(slot)
+                run = PendingClaim(job, slot, Origin.SCHEDULE, horizon, 0, True)
+                run.jitter = max(self.config.clock() - slot, 0)
+                await self._claim_one(run)
+        finally:
+            del self._deferred[job.store_name]
+
+    async def _claim_one(self, run: PendingClaim) -> bool:
+        """Claim ``run`` and wait for its attempt to end; ``True`` if this instance won."""
+        (task,) = await self.claimer.claim_runs([run])
+        if task is None:
+            return False
+        await asyncio.wait({task})
+        return True
+
+    async def _catch_up(self, job: Job) -> None:
         """Claim, in slot order and one at a time, the slots missed since the last record."""
         last = await self._read(job, lambda: self.backend.last_scheduled_slot(job.store_name))
         if last is None:
@@ -59,10 +95,7 @@ class CatchUp:
         for slot in missed:
             before = functools.partial(self._no_live_run, job, slot, deadline=slot + window)
             run = PendingClaim(job, slot, Origin.CATCH_UP, window, 0, False, before=before)
-            (task,) = await self.claimer.claim_runs([run])
-            if task is not None:
-                await asyncio.wait({task})
-            else:
+            if not await self._claim_one(run):
                 await self._await_end(job, slot, deadline=slot + window)
 
     async def _read(self, job: Job, call: Callable[[], Awaitable[T]]) -> T | None:

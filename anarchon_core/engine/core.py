@@ -56,6 +56,7 @@ class Engine:
             config.instance_id,
             stale_after_ms=config.lease_ms,
         )
+        self.catch_up = CatchUp(backend, config, self.log, self.claimer)
         self.slots = SlotLoop(
             config,
             self.log,
@@ -63,6 +64,7 @@ class Engine:
             self.candidates,
             claim=self.claimer.claim_runs,
             spawn=self._spawn,
+            defer=self.catch_up.defer,
         )
         self.registry = Registry(
             backend,
@@ -144,10 +146,9 @@ class Engine:
         self.opened = True
         self._claiming.add(self._spawn(self.slots.run(), forever=True))
         if self._lease:
-            catch_up = CatchUp(self.backend, self.config, self.log, self.claimer)
             for job in self.jobs.values():
                 if job.options.catch_up != "none":
-                    self._spawn(catch_up.run(job))
+                    self._spawn(self.catch_up.run(job))
             self._heartbeat = self._spawn(self.attempts.leases.heartbeat_loop(), forever=True)
             backups = Backups(
                 self.backend, self.config, self.log, self.jobs, self.claimer, self.attempts
@@ -184,13 +185,15 @@ class Engine:
         self._fail(error)
 
     def _fail(self, error: BaseException) -> None:
-        """Stop claiming for good and leave the registry, runs in flight going on."""
+        """Stop claiming (and taking over) for good and leave the registry; the runs in
+        flight go on to their end."""
         if self.failed is not None:
             return
         self.failed = error
         self.failed_event.set()
-        for task in self._claiming:
-            task.cancel()
+        for task in list(self._loops):
+            if task is not self._heartbeat:  # runs in flight keep their leases
+                task.cancel()
         if self.opened:
             leaving = asyncio.ensure_future(self.registry.leave())
             self._loops.add(leaving)

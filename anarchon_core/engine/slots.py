@@ -1,6 +1,7 @@
 """The slot loop: one timer for every job, waking at the next due :class:`~.planner.Due`.
 
-At a slot the loop asks the registry view for this instance's turn and claims at once,
+At a slot the loop hands the slot to the job's catch-up if one is under way (see
+:mod:`.catch_up`), else asks the registry view for this instance's turn and claims at once,
 claims later (a ``CLAIM`` entry at the turn's delay) or passes the slot to its
 candidates; the job's next slot is pushed at the same time. The claims due within one
 turn of the loop leave as one batch, in a task of their own (a slow or retried claim
@@ -65,6 +66,7 @@ class SlotLoop:
         *,
         claim: ClaimBatch,
         spawn: Callable[[Coroutine[Any, Any, Any]], object],
+        defer: Callable[[Job, int], bool] = lambda job, slot: False,
     ) -> None:
         self.config = config
         self.log = log
@@ -73,6 +75,7 @@ class SlotLoop:
         self.telemetry = config.telemetry
         self._claim = claim
         self._spawn = spawn
+        self._defer = defer
         self._heap: list[Due] = []
         self._order = itertools.count()
         self._gaps: dict[str, int] = {}
@@ -145,6 +148,8 @@ class SlotLoop:
         nxt = job.schedule.next_slot(slot)
         self._report_gap(job, nxt - slot)
         self._push(job, nxt, Stage.PLAN)
+        if self._defer(job, slot):  # the job is being caught up: claimed after it
+            return None
         turn = self.candidates.turn(job.store_name, job.fingerprint, slot, now)
         if turn.role == Role.UNRANKED:
             delay: int | None = jitter_ms(self._seed, job, slot)

@@ -118,3 +118,43 @@ def test_run_ends_and_raises_when_an_engine_loop_dies() -> None:
     with pytest.raises(SchedulerStateError, match="stopped claiming: a bug in the planner"):
         run_virtual(main)
     assert not scheduler.running
+
+
+class SlowFirstRead(MemoryBackend):
+    """A store whose catch-up read answers only after ``delay_s`` (a cold pool)."""
+
+    delay_s = 0.0
+
+    async def last_scheduled_slot(self, job: str) -> int | None:
+        await asyncio.sleep(self.delay_s)
+        return await super().last_scheduled_slot(job)
+
+
+def test_slots_due_while_a_job_catches_up_run_after_it_never_beside_it() -> None:
+    """Restarted after an outage while its first store read is slow: the missed slots
+    run in order, then the slots that came due meanwhile, one at a time, none skipped."""
+    recorder = Recorder()
+    store = SlowFirstRead(clock=recorder.clock)
+
+    def scheduler() -> Scheduler:
+        s = make(store, "solo")
+        s.every("tick", "1s", catch_up="all", misfire_grace_ms=10_000)(recorder.handler(300))
+        return s
+
+    async def main() -> None:
+        first = scheduler()
+        await first.start()
+        await asyncio.sleep(3.5)
+        await first.stop()
+        await asyncio.sleep(4.0)  # the outage
+        store.delay_s = 1.5
+        again = scheduler()
+        await again.start()
+        await asyncio.sleep(6.0)
+        await again.stop()
+
+    run_virtual(main)
+    assert not recorder.overlapping()
+    runs = sorted(r.slot for r in recorder.executions)
+    assert runs == list(range(BASE_MS + 1000, BASE_MS + 14_000, 1000)), runs
+    assert not [r for r in recorder.executions if r.end is None or not r.completed]
