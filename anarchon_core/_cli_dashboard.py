@@ -17,7 +17,7 @@ from typing import Any
 
 from .backends import mask_url
 from .errors import ConfigurationError
-from .http_guard import allowed_hosts, check_token
+from .web.http_guard import allowed_hosts, check_token
 
 __all__ = ["add_dashboard_command"]
 

@@ -1,9 +1,9 @@
 """Checks every HTTP surface of anarchon applies before it acts, with no web framework.
 
-The standalone dashboard (:mod:`anarchon_core.web`), the FastAPI router and the Django
+The standalone dashboard (:func:`anarchon_core.web.create_app`), the FastAPI router and the Django
 admin can pause, trigger and cancel production jobs. Each host calls these functions
 with its request's headers (any case-insensitive mapping: Starlette's and Django's
-``request.headers`` both are) and answers the :class:`~anarchon_core.endpoints.Reply`
+``request.headers`` both are) and answers the :class:`~anarchon_core.web.endpoints.Reply`
 they return, if any:
 
 - :func:`action_refusal` before an action: the body must be ``application/json``
@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..errors import ConfigurationError
 from .endpoints import Reply, dashboard_file
-from .errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_ALLOWED_HOSTS",

@@ -16,12 +16,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .backend import Backend, InstanceInfo
-from .errors import CapabilityError, ConfigurationError
-from .names import validate_job_name
-from .operations import fingerprint_mismatches
-from .records import HistoryQuery, Origin, RunRecord, Status, iso_utc
-from .schedules import from_canonical
+from ..backend import Backend, InstanceInfo
+from ..errors import CapabilityError, ConfigurationError
+from ..names import validate_job_name
+from ..operations import fingerprint_mismatches
+from ..records import HistoryQuery, Origin, RunRecord, Status, iso_utc
+from ..schedules import from_canonical
 
 __all__ = [
     "DEFAULT_RUNS_LIMIT",

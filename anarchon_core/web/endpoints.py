@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from . import api, operations
-from .backend import Backend
-from .durations import parse_duration_ms
-from .errors import BackendError, CapabilityError, ConfigurationError
-from .operations import NoLiveInstanceError
-from .records import Status, iso_utc
-from .redact import brief
+from .. import operations
+from ..backend import Backend
+from ..durations import parse_duration_ms
+from ..errors import BackendError, CapabilityError, ConfigurationError
+from ..operations import NoLiveInstanceError
+from ..records import Status, iso_utc
+from ..redact import brief
+from . import api
 
 __all__ = ["ERRORS", "ROUTES", "DashboardAPI", "Reply", "Route", "dashboard_file"]
 
@@ -75,7 +76,7 @@ class Route:
     segment). ``query`` names the query parameters with their descriptions: they are
     text, checked by the handler, so a bad value is a 400 naming the accepted form.
     ``POST`` routes are the actions, off unless enabled. ``answer``, ``body`` and
-    ``failure`` name the :data:`~anarchon_core.api.SCHEMAS` of the answer, the request
+    ``failure`` name the :data:`~anarchon_core.web.api.SCHEMAS` of the answer, the request
     body and the answers of the ``errors`` statuses.
     """
 
@@ -225,7 +226,7 @@ def dashboard_file(name: str) -> tuple[bytes, str] | None:
     content_type = _ASSETS.get(name)
     if content_type is None:
         return None
-    return (resources.files("anarchon_core") / "dashboard" / name).read_bytes(), content_type
+    return (resources.files("anarchon_core.web") / "dashboard" / name).read_bytes(), content_type
 
 
 class DashboardAPI:
