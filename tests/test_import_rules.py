@@ -4,6 +4,7 @@ import cycle: the core stays framework-agnostic and each adapter thin."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,19 @@ def test_no_import_cycle(package: str) -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+#: The core's modules that give a module of ``web`` a shorter import path.
+SHORT_PATHS = {
+    "anarchon_core.api": "anarchon_core.web.api",
+    "anarchon_core.endpoints": "anarchon_core.web.endpoints",
+    "anarchon_core.http_guard": "anarchon_core.web.http_guard",
+}
+
+
+@pytest.mark.parametrize(("short", "module"), sorted(SHORT_PATHS.items()))
+def test_a_short_path_exports_what_its_module_does(short: str, module: str) -> None:
+    alias, target = importlib.import_module(short), importlib.import_module(module)
+    assert alias.__all__ == target.__all__
+    for name in target.__all__:
+        assert getattr(alias, name) is getattr(target, name), f"{short}.{name}"
