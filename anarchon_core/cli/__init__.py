@@ -23,18 +23,18 @@ import traceback
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
-from . import __version__
-from ._cli_dashboard import add_dashboard_command
-from ._cli_operations import add_operation_commands
+from .. import __version__
+from ..backend import Backend, InstanceInfo, wall_clock_ms
+from ..backends import DEFAULT_URL, backend_from_url, mask_url
+from ..background import BackgroundScheduler
+from ..durations import format_duration_ms, parse_duration_ms
+from ..errors import AnarchonError, ConfigurationError
+from ..names import validate_job_name, validate_namespace
+from ..records import HistoryQuery, Status, iso_utc
+from ..scheduler import Scheduler
+from ._dashboard import add_dashboard_command
 from ._format import history_table, parse_instant_ms
-from .backend import Backend, InstanceInfo, wall_clock_ms
-from .backends import DEFAULT_URL, backend_from_url, mask_url
-from .background import BackgroundScheduler
-from .durations import format_duration_ms, parse_duration_ms
-from .errors import AnarchonError, ConfigurationError
-from .names import validate_job_name, validate_namespace
-from .records import HistoryQuery, Status, iso_utc
-from .scheduler import Scheduler
+from ._operations import add_operation_commands
 
 __all__ = [
     "CliError",
@@ -625,14 +625,10 @@ def store_failure(url: str, exc: BaseException) -> str:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo  # the demo pulls in subprocess management only when asked
+    from ._demo import run_demo  # the demo pulls in subprocess management only when asked
 
     if args.backend and args.backend.startswith("memory:"):
         raise CliError("the demo needs a store its processes share; memory:// is per process")
     return run_demo(
         seconds=args.seconds, instances=args.instances, backend=args.backend, keep=args.keep
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
