@@ -3,12 +3,12 @@
 Mounted by :class:`anarchon_django.admin.HistoryRecordAdmin` under ``…/historyrecord/
 dashboard/``, every view wrapped in ``admin_site.admin_view`` (staff session,
 ``never_cache``, ``csrf_protect``). The answers come from the core's
-:class:`~anarchon_core.endpoints.DashboardAPI` over a store of its own, on one loop
+:class:`~anarchon_core.web.endpoints.DashboardAPI` over a store of its own, on one loop
 thread per process (a backend belongs to the loop that opened it, and Django gives a
 view no lasting loop): started at the first request, closed at exit, started afresh in
 a forked child. Each action needs its model permission (:data:`ACTION_PERMISSIONS`,
 403 otherwise), a JSON body and the admin's own origin
-(:func:`anarchon_core.http_guard.action_refusal`), beyond Django's CSRF check.
+(:func:`anarchon_core.web.http_guard.action_refusal`), beyond Django's CSRF check.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from django.http.request import RawPostDataException
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from anarchon_core.backends import backend_from_url
-from anarchon_core.endpoints import ROUTES, DashboardAPI, Reply
-from anarchon_core.http_guard import (
+from anarchon_core.loop_thread import LoopThread
+from anarchon_core.redact import redact_text
+from anarchon_core.web.endpoints import ROUTES, DashboardAPI, Reply
+from anarchon_core.web.http_guard import (
     SECURITY_HEADERS,
     HttpAnswer,
     action_refusal,
     file_answer,
     json_answer,
 )
-from anarchon_core.loop_thread import LoopThread
-from anarchon_core.redact import redact_text
 
 logger = logging.getLogger("anarchon.django.admin")
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 
 from anarchon_core import ConfigurationError, Scheduler
-from anarchon_core.endpoints import DashboardAPI
+from anarchon_core.web.endpoints import DashboardAPI
 
 __all__ = ["STATE_KEY", "SchedulerDep", "get_scheduler", "lifespan"]
 

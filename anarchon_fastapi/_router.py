@@ -1,7 +1,7 @@
 """The JSON API of ``docs/api.md`` and the dashboard page, as a FastAPI ``APIRouter``.
 
 Every route, its OpenAPI description and every answer come from the core
-(:data:`anarchon_core.endpoints.ROUTES`, :func:`anarchon_core.web.api_response`).
+(:data:`anarchon_core.web.endpoints.ROUTES`, :func:`anarchon_core.web.api_response`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from fastapi import APIRouter, Request, params
 from fastapi.responses import Response
 
-from anarchon_core.endpoints import ROUTES, Reply
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.http_guard import file_answer
-from anarchon_core.http_guard import trusted_origins as checked_origins
 from anarchon_core.web import api_response, starlette_response
+from anarchon_core.web.endpoints import ROUTES, Reply
+from anarchon_core.web.http_guard import file_answer
+from anarchon_core.web.http_guard import trusted_origins as checked_origins
 
 from ._lifespan import APIS_KEY, NOT_RUNNING
 

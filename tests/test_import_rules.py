@@ -1,9 +1,13 @@
-"""The adapters use the core through its public names only, and no package has an
-import cycle: the core stays framework-agnostic and each adapter thin."""
+"""The adapters use the core through its public names only, no package has an import
+cycle, and the core's layers point one way (the engine below the HTTP layer and the
+command line, the stores below the engine): the core stays framework-agnostic, each
+adapter thin, and each layer usable without the ones above it."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -112,3 +116,69 @@ def test_no_import_cycle(package: str) -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+def within(*packages: str) -> Callable[[str], bool]:
+    """Whether a module is one of ``packages`` or inside one."""
+    return lambda module: any(module == p or module.startswith(p + ".") for p in packages)
+
+
+is_engine = within("anarchon_core.engine")
+
+
+#: Rule -> (the modules it binds, the modules they must not import).
+LAYERS: dict[str, tuple[Callable[[str], bool], Callable[[str], bool]]] = {
+    "the engine never imports web or cli": (
+        is_engine,
+        within("anarchon_core.web", "anarchon_core.cli"),
+    ),
+    "the stores never import the engine": (within("anarchon_core.backends"), is_engine),
+    "web never imports cli": (within("anarchon_core.web"), within("anarchon_core.cli")),
+}
+
+
+def import_chain(
+    graph: dict[str, set[str]], start: str, forbidden: Callable[[str], bool]
+) -> list[str] | None:
+    """The shortest chain of imports from ``start`` to a ``forbidden`` module, directly or
+    through other modules, or ``None``. A module's import of its own package (``from .
+    import api``) is not followed into that package's ``__init__``, which answers for its
+    own imports."""
+    paths = {start: [start]}
+    todo = [start]
+    while todo:
+        module = todo.pop(0)
+        for target in sorted(graph[module]):
+            if target in paths or module.startswith(target + "."):
+                continue
+            paths[target] = [*paths[module], target]
+            if forbidden(target):
+                return paths[target]
+            todo.append(target)
+    return None
+
+
+@pytest.mark.parametrize("rule", sorted(LAYERS))
+def test_a_layer_never_imports_the_layers_above_it(rule: str) -> None:
+    bound, forbidden = LAYERS[rule]
+    graph = imports_of("anarchon_core")
+    assert any(bound(m) for m in graph), f"{rule}: no module is bound by it"
+    chains = [import_chain(graph, m, forbidden) for m in sorted(graph) if bound(m)]
+    found = [chain for chain in chains if chain is not None]
+    assert not found, f"{rule}: {' -> '.join(min(found, key=len))}"
+
+
+#: The core's modules that give a module of ``web`` a shorter import path.
+SHORT_PATHS = {
+    "anarchon_core.api": "anarchon_core.web.api",
+    "anarchon_core.endpoints": "anarchon_core.web.endpoints",
+    "anarchon_core.http_guard": "anarchon_core.web.http_guard",
+}
+
+
+@pytest.mark.parametrize(("short", "module"), sorted(SHORT_PATHS.items()))
+def test_a_short_path_exports_what_its_module_does(short: str, module: str) -> None:
+    alias, target = importlib.import_module(short), importlib.import_module(module)
+    assert alias.__all__ == target.__all__
+    for name in target.__all__:
+        assert getattr(alias, name) is getattr(target, name), f"{short}.{name}"

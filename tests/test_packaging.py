@@ -51,7 +51,7 @@ def test_the_wheel_holds_everything_a_user_imports(dist: Path) -> None:
         assert source <= names, sorted(source - names)
         assert f"{package}/py.typed" in names
     for asset in ("index.html", "dashboard.js", "dashboard.css"):
-        assert f"anarchon_core/dashboard/{asset}" in names
+        assert f"anarchon_core/web/dashboard/{asset}" in names
     assert any(n.startswith("anarchon_django/templates/") for n in names)
     info = f"anarchon-{__version__}.dist-info"
     assert f"{info}/licenses/LICENSE" in names

@@ -14,8 +14,8 @@ from registry import CLAIM_ONLY_URLS, load_store_modules
 
 from anarchon_core.backend import Backend, InstanceInfo
 from anarchon_core.backends import backend_from_url
-from anarchon_core.endpoints import DashboardAPI
 from anarchon_core.records import Outcome
+from anarchon_core.web.endpoints import DashboardAPI
 
 load_store_modules()
 

@@ -30,9 +30,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from anarchon_core import Every, Scheduler
 from anarchon_core.backend import Backend
 from anarchon_core.backends import backend_from_url, mask_url
-from anarchon_core.endpoints import DashboardAPI
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.redact import brief, brief_url, redact_text, redact_url, url_secrets
+from anarchon_core.web.endpoints import DashboardAPI
 from anarchon_django._admin_dashboard import unavailable_reply
 from anarchon_django._scheduler import DjangoScheduler
 from anarchon_django.conf import read_settings

@@ -10,16 +10,17 @@ from typing import Any, TypeVar
 
 import pytest
 
-from anarchon_core import Scheduler, api
-from anarchon_core.api import SCHEMAS
+from anarchon_core import Scheduler
 from anarchon_core.backend import ClaimRequest, InstanceInfo, Lease, TakeoverRequest
 from anarchon_core.backends.memory import MemoryBackend
-from anarchon_core.endpoints import ROUTES, DashboardAPI, dashboard_file
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import Job
 from anarchon_core.records import HistoryQuery, Origin, Outcome, RunRecord, Status
 from anarchon_core.schedules import Every
 from anarchon_core.testing import ManualClock
+from anarchon_core.web import api
+from anarchon_core.web.api import SCHEMAS
+from anarchon_core.web.endpoints import ROUTES, DashboardAPI, dashboard_file
 
 T = TypeVar("T")
 START = 1_796_284_800_000  # 2026-12-03T08:00:00Z, on every grid used here

@@ -25,7 +25,6 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from anarchon_core import api
 from anarchon_core.backend import InstanceInfo
 from anarchon_core.backends.memory import MemoryBackend
 from anarchon_core.durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms
@@ -35,6 +34,7 @@ from anarchon_core.job import MAX_HORIZON_MS, JobOptions
 from anarchon_core.records import iso_utc
 from anarchon_core.scheduler import MAX_HEARTBEAT_MS, Scheduler
 from anarchon_core.schedules import Cron, Every, from_canonical
+from anarchon_core.web import api
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 NOW = (dt.datetime(2026, 12, 4, 12, 0, 7, tzinfo=dt.UTC) - EPOCH) // dt.timedelta(milliseconds=1)

@@ -1,4 +1,4 @@
-"""The checks every HTTP surface applies (:mod:`anarchon_core.http_guard`), without a server."""
+"""The checks every HTTP surface applies (:mod:`anarchon_core.web.http_guard`), without a server."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anarchon_core.endpoints import Reply
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.http_guard import (
+from anarchon_core.web.endpoints import Reply
+from anarchon_core.web.http_guard import (
     SECURITY_HEADERS,
     action_refusal,
     allowed_hosts,

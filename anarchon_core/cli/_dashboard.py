@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .backends import mask_url
-from .errors import ConfigurationError
-from .http_guard import allowed_hosts, check_token
+from ..backends import mask_url
+from ..errors import ConfigurationError
+from ..web.http_guard import allowed_hosts, check_token
 
 __all__ = ["add_dashboard_command"]
 
@@ -50,7 +50,7 @@ def add_dashboard_command(
         try:
             import uvicorn
 
-            from .web import create_app
+            from ..web import create_app
         except ImportError as exc:
             raise fail(
                 f"the dashboard needs the web extra ({exc.name} is missing): "

@@ -12,10 +12,11 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from . import api, operations
+from .. import operations
+from ..backend import Backend
+from ..records import iso_utc
+from ..web import api
 from ._format import format_table, parse_instant_ms
-from .backend import Backend
-from .records import iso_utc
 
 __all__ = ["add_operation_commands"]
 

@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from ..backend import Backend
+from ..backends import backend_from_url, mask_url
+from ..records import TERMINAL_STATUSES, HistoryQuery, RunRecord, Status, iso_utc
 from . import _demo_jobs
 from ._format import format_ms, format_table
-from .backend import Backend
-from .backends import backend_from_url, mask_url
-from .records import TERMINAL_STATUSES, HistoryQuery, RunRecord, Status, iso_utc
 
 __all__ = ["run_demo"]
 
-TARGET = "anarchon_core._demo_jobs:scheduler"
+TARGET = "anarchon_core.cli._demo_jobs:scheduler"
 TICK_JOB = "demo.tick"
 LONG_JOB = _demo_jobs.LONG_JOB
 DEMO_JOBS = frozenset(_demo_jobs.scheduler.jobs)

@@ -2,14 +2,14 @@
 
 ``anarchon dashboard`` serves it with uvicorn; it needs the ``[web]`` extra. The app
 opens the store at the first request and closes it on shutdown, answers the JSON API through
-:class:`~anarchon_core.endpoints.DashboardAPI`, and serves the page at its root.
+:class:`~anarchon_core.web.endpoints.DashboardAPI`, and serves the page at its root.
 
 Every request must name an allowed host in its ``Host`` header (``400`` otherwise), so a
 hostile page cannot reach a loopback dashboard through a DNS name rebound to
 ``127.0.0.1``. A token, when given, guards the whole API (``Authorization: Bearer
 <token>``): the page reads it from the URL fragment ``#token=…``, which browsers never
 send to a server. Actions need the token, a JSON body and a same-origin request
-(:mod:`anarchon_core.http_guard`); bearer headers are never attached by a browser on its
+(:mod:`anarchon_core.web.http_guard`); bearer headers are never attached by a browser on its
 own, so no CSRF token is needed.
 """
 
@@ -28,10 +28,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .backend import Backend
-from .backends import backend_from_url
+from ..backend import Backend
+from ..backends import backend_from_url
+from ..errors import ConfigurationError
 from .endpoints import DashboardAPI, Reply
-from .errors import ConfigurationError
 from .http_guard import (
     HttpAnswer,
     action_refusal,
@@ -142,9 +142,9 @@ async def api_response(
     request: Request, endpoints: DashboardAPI, path: str, *, trusted_origins: Iterable[str] = ()
 ) -> Response:
     """The API's answer to ``request`` for ``path`` (relative to the API: ``"jobs"``):
-    an action goes through :func:`~anarchon_core.http_guard.action_refusal` first
+    an action goes through :func:`~anarchon_core.web.http_guard.action_refusal` first
     (``trusted_origins`` as checked by
-    :func:`~anarchon_core.http_guard.trusted_origins`). Authentication is the caller's."""
+    :func:`~anarchon_core.web.http_guard.trusted_origins`). Authentication is the caller's."""
     if endpoints.allow_actions and request.method == "POST":
         refusal = action_refusal(
             request.headers, host=request.headers.get("host"), trusted_origins=trusted_origins
@@ -159,7 +159,7 @@ async def api_response(
 
 def starlette_response(answer: HttpAnswer | Reply) -> Response:
     """``answer`` as a Starlette response (a :class:`Reply` through
-    :func:`~anarchon_core.http_guard.json_answer`, with its security headers)."""
+    :func:`~anarchon_core.web.http_guard.json_answer`, with its security headers)."""
     if isinstance(answer, Reply):
         answer = json_answer(answer)
     return Response(answer.body, answer.status, headers=dict(answer.headers))

@@ -7,8 +7,8 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 
-from .durations import format_duration_ms
-from .records import RunRecord, iso_utc
+from ..durations import format_duration_ms
+from ..records import RunRecord, iso_utc
 
 __all__ = ["excerpt", "format_ms", "format_table", "history_table", "parse_instant_ms"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from .context import RunContext
-from .scheduler import Scheduler
+from ..context import RunContext
+from ..scheduler import Scheduler
 
 __all__ = ["LONG_JOB", "LONG_RUN_S", "scheduler"]
 

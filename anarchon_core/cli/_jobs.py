@@ -1,0 +1,57 @@
+"""``anarchon jobs``: a scheduler's jobs and their next slots, as text or JSON lines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+from ..backend import wall_clock_ms
+from ..backends import mask_url
+from ..records import iso_utc
+from ._target import load_scheduler
+
+__all__ = ["cmd_jobs"]
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    scheduler = load_scheduler(args.target)
+    url = args.backend or None
+    backend = mask_url(url) if url else scheduler.backend.describe()
+    now = wall_clock_ms()
+    if args.json:
+        for job in scheduler.jobs.values():
+            slots = _next_slots(job.schedule.next_slot, now, args.count)
+            print(
+                json.dumps(
+                    {
+                        "job": job.name,
+                        "store_name": job.store_name,
+                        "schedule": job.describe(),
+                        "tz": job.schedule.tz,
+                        "next_slots": slots,
+                        "next_at": [iso_utc(s) for s in slots],
+                    }
+                )
+            )
+        return 0
+    print(f"{args.target}: {len(scheduler.jobs)} job(s), backend {backend}, now {iso_utc(now)}")
+    for job in scheduler.jobs.values():
+        print()
+        print(f"{job.name}")
+        print(f"  schedule    {job.describe()}")
+        print(f"  zone        {job.schedule.tz}")
+        print(f"  store name  {job.store_name}")
+        slots = _next_slots(job.schedule.next_slot, now, args.count)
+        for i, slot in enumerate(slots):
+            label = f"next {len(slots)}" if i == 0 else ""
+            print(f"  {label:<10}  {iso_utc(slot)}  {slot}")
+    return 0
+
+
+def _next_slots(next_slot: Callable[[int], int], after: int, count: int) -> list[int]:
+    slots: list[int] = []
+    for _ in range(count):
+        after = next_slot(after)
+        slots.append(after)
+    return slots
