@@ -76,8 +76,8 @@ def _entries(value: Any, _values: Mapping[str, Any]) -> Mapping[str, Mapping[str
 
 
 #: The ``anarchon_*`` settings of this adapter, besides the core's (``anarchon_backend``,
-#: ``anarchon_jitter_ms``, …). A ``None`` catch-up is ``"latest"`` on a lease store, else
-#: ``"none"``; a ``None`` backend is :func:`default_store`'s.
+#: ``anarchon_jitter_ms``, …). A ``None`` catch-up is the core's default (``"latest"``,
+#: which a claim-only store ignores); a ``None`` backend is :func:`default_store`'s.
 _NAMESPACE = SCHEDULER_SETTINGS["namespace"]
 CELERY_SETTINGS: Mapping[str, Setting] = {
     "namespace": replace(_NAMESPACE, form=f"a name of {NAMESPACE_FORM} (default: the app's name)"),
@@ -351,8 +351,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 f"entries: {', '.join(sorted(self.schedule)) or '(none)'}"
             )
         given = {name: settings[name] for name in SCHEDULER_SETTINGS}
-        given["backend"] = store = backend_from_url(settings["backend"])
-        given["catch_up"] = settings["catch_up"] or ("none", "latest")[store.capabilities.lease]
+        given["backend"] = backend_from_url(settings["backend"])
+        if given["catch_up"] is None:  # the core's default, which claim-only stores ignore
+            del given["catch_up"]
         core = CoreScheduler(**given)
         zone = functools.partial(app_zone, self.app, settings["allow_local_tz"])
         for name in sorted(self.schedule):

@@ -47,7 +47,7 @@ class JobOptions:
 
     jitter_ms: int = 500
     timeout_ms: int | None = None
-    catch_up: str = "none"
+    catch_up: str = "latest"
     catch_up_window_ms: int = 86_400_000
     max_attempts: int = 3
     retries: int = 0

@@ -54,6 +54,9 @@ def _import_paths(value: Any, _values: Mapping[str, Any]) -> tuple[str, ...]:
 #: Settings reference), and ``BACKEND``'s default.
 DJANGO_SETTINGS: Mapping[str, Setting] = {
     "backend": replace(SCHEDULER_SETTINGS["backend"], check=_backend, default="django://default"),
+    # None: the core's default ("latest"), which a claim-only store ignores (given, it
+    # would be refused there as a lease-only option).
+    "catch_up": replace(SCHEDULER_SETTINGS["catch_up"], default=None),
     "autodiscover": Setting(
         "a module name looked up in every installed app, or False", _autodiscover, "jobs"
     ),
@@ -85,7 +88,7 @@ class AnarchonSettings:
     jitter_ms: int
     heartbeat_ms: int
     lease_ms: int | None
-    catch_up: str
+    catch_up: str | None
     history_retention: str | dt.timedelta
     grace_ms: int
     candidates: int | None
@@ -94,7 +97,10 @@ class AnarchonSettings:
 
     def scheduler_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``anarchon_core.Scheduler`` (besides the backend)."""
-        return {name: getattr(self, name) for name in SCHEDULER_SETTINGS if name != "backend"}
+        given = {name: getattr(self, name) for name in SCHEDULER_SETTINGS if name != "backend"}
+        if given["catch_up"] is None:
+            del given["catch_up"]
+        return given
 
 
 def read_settings(raw: object, databases: Mapping[str, Any] | None = None) -> AnarchonSettings:

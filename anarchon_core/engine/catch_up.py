@@ -70,6 +70,24 @@ class CatchUp:
         finally:
             del self._deferred[job.store_name]
 
+    async def report_left_out(self, job: Job) -> None:
+        """For a job with ``catch_up="none"``: log once how many slots passed since its
+        last recorded run while no instance ran it (they are not run)."""
+        last = await self._read(job, lambda: self.backend.last_scheduled_slot(job.store_name))
+        if last is None:
+            return
+        now = self.config.clock()
+        missed = latest_slots(job.schedule, max(last, now - job.options.catch_up_window_ms), now)
+        if missed:
+            self.log.warn(
+                "%s%d slot(s) passed while no instance ran this job, the latest at %d; "
+                "catch_up='none' leaves them out",
+                "at least " if len(missed) == MAX_CATCH_UP_SLOTS else "",
+                len(missed),
+                missed[-1],
+                job=job,
+            )
+
     async def _claim_one(self, run: PendingClaim) -> bool:
         """Claim ``run`` and wait for its attempt to end; ``True`` if this instance won."""
         (task,) = await self.claimer.claim_runs([run])

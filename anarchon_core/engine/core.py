@@ -149,6 +149,8 @@ class Engine:
             for job in self.jobs.values():
                 if job.options.catch_up != "none":
                     self._spawn(self.catch_up.run(job))
+                else:
+                    self._spawn(self.catch_up.report_left_out(job))
             self._heartbeat = self._spawn(self.attempts.leases.heartbeat_loop(), forever=True)
             backups = Backups(
                 self.backend, self.config, self.log, self.jobs, self.claimer, self.attempts

@@ -240,11 +240,11 @@ def test_entry_options_reach_the_job(make_scheduler: Make):
     assert sync.options.catch_up == "latest"  # the default on lease backends
 
 
-def test_claim_only_store_defaults_to_no_catch_up_and_refuses_lease_options(make_scheduler):
+def test_claim_only_store_ignores_the_default_catch_up_and_refuses_lease_options(make_scheduler):
     url = "redis://127.0.0.1:6379/13?strategy=script"
     sched = make_scheduler({"sync": entry(60)}, anarchon_backend=url)
     assert sched._core is not None
-    assert sched._core.jobs["sync"].options.catch_up == "none"
+    assert "catch_up" not in sched._core.jobs["sync"].explicit  # not given: not refused
     with pytest.raises(CapabilityError, match="catch_up"):
         make_scheduler({"sync": entry(60)}, anarchon_backend=url, anarchon_catch_up="latest")
 

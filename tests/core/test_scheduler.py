@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import logging
 import threading
 import time
 from collections import Counter
@@ -284,13 +285,14 @@ def test_stop_hands_over_to_a_backup_at_once() -> None:
     assert history[2].instance_id == "B"
 
 
-def test_catch_up_latest_and_all() -> None:
-    for policy, expected in (("latest", 1), ("all", 3), ("none", 0)):
+def test_catch_up_latest_and_all(caplog: pytest.LogCaptureFixture) -> None:
+    for policy, expected in ((None, 1), ("latest", 1), ("all", 3), ("none", 0)):
         caught: list[int] = []
         backend = virtual_store()
 
-        async def main(policy: str, backend: MemoryBackend, caught: list[int]) -> None:
-            s = Scheduler(backend, instance_id="solo", catch_up=policy, clock=store_clock(), **FAST)
+        async def main(policy: str | None, backend: MemoryBackend, caught: list[int]) -> None:
+            given = {} if policy is None else {"catch_up": policy}  # None: the default
+            s = Scheduler(backend, instance_id="solo", clock=store_clock(), **FAST, **given)
 
             @s.every("nightly", "1h")
             async def job(ctx: RunContext) -> None:
@@ -309,7 +311,13 @@ def test_catch_up_latest_and_all() -> None:
             await asyncio.sleep(0.4)
             await s.stop()
 
-        run_virtual(functools.partial(main, policy, backend, caught))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="anarchon"):
+            run_virtual(functools.partial(main, policy, backend, caught))
+        left_out = [r for r in caplog.records if "catch_up='none' leaves them out" in r.message]
+        assert len(left_out) == (policy == "none"), policy
+        if left_out:
+            assert "3 slot(s) passed while no instance ran this job" in left_out[0].message
         assert len(caught) == expected, policy
         assert caught == sorted(caught)
         # the latest ``expected`` of the 3 missed hours (the last one falls on the start)

@@ -44,7 +44,6 @@ def test_defaults_map_onto_scheduler_kwargs() -> None:
         "candidates": 2,
         "enabled": None,
         "jitter_ms": 500,
-        "catch_up": "none",
     }
 
 
