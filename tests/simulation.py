@@ -12,8 +12,10 @@ with every instance up and every link healthy; then everything stops.
 - two attempts of one run executing at once (``concurrent``), apart from those where
   the earlier attempt had been told to stop and ignored it (``ignored_fence``, allowed:
   a handler deaf to cancellation outlives its lease);
-- a handler started after its slot's horizon (``late``), by the store's (true) time,
-  whatever the starting instance's own clock says;
+- a handler of a scheduled run started after its slot's horizon (``late``), by the
+  store's (true) time, whatever the starting instance's own clock says (restarted
+  instances catch up with the default ``catch_up="latest"``: a catch-up run's horizon is
+  the catch-up window);
 - a slot of the calm stretch with no run (``missed``);
 - history that disagrees with what ran (``untrue``): ``success`` for an attempt whose
   handler did not complete, an attempt that ran with no record, a run left
@@ -176,8 +178,8 @@ def _judge(report: Report, recorder: Recorder, records: list[RunRecord]) -> None
         else:
             report.concurrent.append((first, second))
     intervals = {job: every for job, every, _, _ in JOBS}
-    for run in runs:
-        if run.start > run.slot + intervals[run.job]:
+    for run in runs:  # a catch-up run's horizon is the catch-up window: never late here
+        if run.origin == "schedule" and run.start > run.slot + intervals[run.job]:
             report.late.append(run)
     by_attempt = {(r.job, r.slot, r.attempt): r for r in records}
     ran = {(run.job, run.slot, run.attempt): run for run in runs}

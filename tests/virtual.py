@@ -59,6 +59,8 @@ class Execution:
     #: The handler kept running past its cancellation.
     ignores_cancel: bool = False
     completed: bool = False
+    #: ``schedule``, ``catch_up`` or ``manual``: a catch-up run starts long after its slot.
+    origin: str = "schedule"
 
 
 @dataclass
@@ -79,6 +81,7 @@ class Recorder:
         async def handle(ctx: RunContext) -> None:
             run = Execution(ctx.job, ctx.slot, ctx.attempt, ctx.instance_id, self.clock())
             run.ignores_cancel = ignores_cancel
+            run.origin = str(ctx.origin)
             self.executions.append(run)
             deadline = run.start + duration_ms
             try:

@@ -34,8 +34,9 @@ SKEW_SAMPLE_MAX_RTT_MS = 100
 SKEW_LOG_STEP_MS = 1000
 #: A claim's answer is awaited at most half the time left to its horizon, and at
 #: least this long, before the claim is sent again with the same tokens (a stalled
-#: connection must not hold it past its horizon).
-MIN_CLAIM_TRY_S = 0.1
+#: connection must not hold it past its horizon). Long enough for a store to reconnect:
+#: a short horizon (a job every 200 ms) then gets one try, as long as the horizon.
+MIN_CLAIM_TRY_S = 0.25
 #: How long stop() waits for the answers of claims and takeovers in flight, to give
 #: back what they won (a request still unanswered then leaves its lease to expire).
 STOP_REQUEST_WAIT_S = 2.0

@@ -34,6 +34,8 @@ __all__ = ["Engine"]
 
 #: How often stop() re-cancels a task that has not ended.
 DRAIN_RECANCEL_S = 1.0
+#: How long stop() waits for the answers of the claims already sent (within the grace).
+CLAIM_WAIT_MS = 2000
 #: Prune history at most this often per instance.
 PRUNE_EVERY_S = 3600.0
 
@@ -63,7 +65,7 @@ class Engine:
             self.jobs,
             self.candidates,
             claim=self.claimer.claim_runs,
-            spawn=self._spawn,
+            spawn=self._spawn_claims,
             defer=self.catch_up.defer,
         )
         self.registry = Registry(
@@ -80,6 +82,8 @@ class Engine:
         self._claiming: set[asyncio.Future[Any]] = set()
         #: The loops that run until the stop.
         self._forever: set[asyncio.Future[Any]] = set()
+        #: The claim requests of the slot loop in flight.
+        self._sent: set[asyncio.Future[Any]] = set()
         self._heartbeat: asyncio.Future[Any] | None = None
         #: Set to end a stop's grace early (a second Ctrl-C).
         self._hurried = asyncio.Event()
@@ -170,6 +174,13 @@ class Engine:
         task.add_done_callback(self._loop_ended)
         return task
 
+    def _spawn_claims(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:
+        """A claim request of the slot loop: a stop lets it be answered (see :meth:`stop`)."""
+        task = self._spawn(coro)
+        self._sent.add(task)
+        task.add_done_callback(self._sent.discard)
+        return task
+
     def _loop_ended(self, task: asyncio.Future[Any]) -> None:
         self._loops.discard(task)
         if task.cancelled() or self._stopping:
@@ -207,13 +218,20 @@ class Engine:
         running runs, then hand over those whose handler still runs."""
         self._stopping = True
         for task in list(self._loops):
-            if task is not self._heartbeat:  # runs keep their leases until handed over
+            if task is not self._heartbeat and task not in self._sent:  # see below
+                task.cancel()
+        await self._drain(self._claiming)
+        leaving = asyncio.ensure_future(self.registry.leave() if self.opened else _nothing())
+        # Claims already sent are answered (briefly) and what they win runs in the grace
+        # like any run in flight: a claim won at the instant of the stop is not lost.
+        if self._sent:
+            if grace_ms > 0:
+                await asyncio.wait(set(self._sent), timeout=min(grace_ms, CLAIM_WAIT_MS) / 1000)
+            for task in self._sent:
                 task.cancel()
         # Beside the runs' grace, not before it: an unanswered request must not delay
         # the hand-over of the runs that are running.
         giving_back = asyncio.ensure_future(self.claimer.give_back_cut_requests(self.jobs))
-        await self._drain(self._claiming)
-        leaving = asyncio.ensure_future(self.registry.leave() if self.opened else _nothing())
         await self._grace(grace_ms)
         await self.attempts.hand_over()
         await self.attempts.drain_finishes(self.config.lease_ms / 1000)

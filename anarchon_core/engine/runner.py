@@ -152,6 +152,9 @@ class Attempts:
                 attempt.released = True
                 await self._give_back(job, lease)
                 return
+            if attempt.lost or attempt.released:  # fenced while it waited: never start it
+                self.log.warn("not started: lost its lease before its handler started", **where)
+                return
             self.log.info("run started (%s)", ctx.origin, **where)
             self.telemetry.run_started(job.store_name, (self.config.clock() - lease.slot) / 1000)
             began = asyncio.get_running_loop().time()

@@ -11,6 +11,7 @@ from virtual import BASE_MS, Recorder, run_virtual
 
 from anarchon_core import MemoryBackend, RunContext, Scheduler
 from anarchon_core.errors import SchedulerStateError
+from anarchon_core.records import HistoryQuery, Status
 from anarchon_core.testing import LoopClock
 
 HEARTBEAT_MS = 100
@@ -50,7 +51,8 @@ def test_ranked_runs_start_at_their_slot_without_a_random_wait(k: int) -> None:
         await asyncio.gather(*(s.stop() for s in schedulers))
 
     run_virtual(main)
-    ranked = [r for r in recorder.executions if r.slot >= BASE_MS + 2000]  # after a registry read
+    # After a registry read, before the stop (a claim sent at the stop's instant runs too).
+    ranked = [r for r in recorder.executions if BASE_MS + 2000 <= r.slot < BASE_MS + 6000]
     assert len(ranked) == 5 * 4
     assert {r.start - r.slot for r in ranked} == {0}, "the first candidate claims at the slot"
     assert len({(r.job, r.slot) for r in ranked}) == len(ranked)
@@ -90,7 +92,11 @@ def test_a_dead_slot_loop_fails_the_scheduler_and_leaves_the_registry(
     assert after == {"healthy"}, "the failed instance left the registry at once"
     assert isinstance(failed, RuntimeError)
     assert any("engine loop crashed" in r.getMessage() for r in caplog.records)
-    late = sorted((r.slot, r.instance) for r in recorder.executions if r.slot >= BASE_MS + 2000)
+    late = sorted(
+        (r.slot, r.instance)
+        for r in recorder.executions
+        if BASE_MS + 2000 <= r.slot < BASE_MS + 4000
+    )
     assert late == [(BASE_MS + 2000, "healthy"), (BASE_MS + 3000, "healthy")]
 
 
@@ -158,3 +164,36 @@ def test_slots_due_while_a_job_catches_up_run_after_it_never_beside_it() -> None
     runs = sorted(r.slot for r in recorder.executions)
     assert runs == list(range(BASE_MS + 1000, BASE_MS + 14_000, 1000)), runs
     assert not [r for r in recorder.executions if r.end is None or not r.completed]
+
+
+class SlowClaims(MemoryBackend):
+    """A store whose claims are answered after ``delay_s`` (a slow link)."""
+
+    delay_s = 0.05
+
+    async def claim_many(self, requests):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(self.delay_s)
+        return await super().claim_many(requests)
+
+    async def claim(self, request):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(self.delay_s)
+        return await super().claim(request)
+
+
+def test_a_claim_in_flight_at_a_stop_runs_within_the_grace() -> None:
+    """Stopped while the claim of a slot is on its way: the run it wins is a run in
+    flight like any other (it runs in the grace), not given back unstarted."""
+    recorder = Recorder()
+    store = SlowClaims(clock=recorder.clock)
+
+    async def main() -> None:
+        scheduler = make(store, "solo")
+        scheduler.every("tick", "1s")(recorder.handler(200))
+        await scheduler.start()
+        await asyncio.sleep(3.02)  # the claim of slot 3000 is in flight
+        await scheduler.stop(grace_ms=1000)
+
+    run_virtual(main)
+    records = run_virtual(lambda: store.history(HistoryQuery(job="tick", since=BASE_MS + 3000)))
+    assert [(r.slot, r.status) for r in records] == [(BASE_MS + 3000, Status.SUCCESS)]
+    assert [r.completed for r in recorder.executions if r.slot == BASE_MS + 3000] == [True]
