@@ -564,9 +564,17 @@ async def _all_or_raise(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
 
 
 def bound_error(text: str | None) -> str | None:
-    """History keeps at most :data:`MAX_ERROR_CHARS` characters of an error."""
+    """History keeps at most :data:`MAX_ERROR_CHARS` characters of an error.
+
+    A longer traceback keeps its head and its last line (the exception, which
+    :func:`~anarchon_core.records.error_summary` shows), the middle cut at an ``…``
+    line; a longer last line is cut at its end.
+    """
     if text is None or len(text) <= MAX_ERROR_CHARS:
         return text
+    head, _, last = text.rstrip().rpartition("\n")
+    if head and len(last) <= MAX_ERROR_CHARS // 2:
+        return text[: MAX_ERROR_CHARS - len(last) - 3] + "\n…\n" + last
     return text[: MAX_ERROR_CHARS - 1] + "…"
 
 
