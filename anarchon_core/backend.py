@@ -303,6 +303,11 @@ class Backend(ABC):
     name: str = "backend"
 
     # -- life cycle --------------------------------------------------------------
+    #: Settings of the store's server that break a guarantee (Redis without AOF, with
+    #: an evicting memory policy), found by :meth:`open`: a starting scheduler logs each
+    #: once; read-only tools (history, the dashboard) do not.
+    setting_warnings: tuple[str, ...] = ()
+
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Connect and create the layout idempotently (concurrent first starts are safe).
 
