@@ -303,6 +303,11 @@ class Backend(ABC):
     name: str = "backend"
 
     # -- life cycle --------------------------------------------------------------
+    #: Settings of the store's server that break a guarantee (Redis without AOF, with
+    #: an evicting memory policy), found by :meth:`open`: a starting scheduler logs each
+    #: once; read-only tools (history, the dashboard) do not.
+    setting_warnings: tuple[str, ...] = ()
+
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Connect and create the layout idempotently (concurrent first starts are safe).
 
@@ -564,9 +569,17 @@ async def _all_or_raise(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
 
 
 def bound_error(text: str | None) -> str | None:
-    """History keeps at most :data:`MAX_ERROR_CHARS` characters of an error."""
+    """History keeps at most :data:`MAX_ERROR_CHARS` characters of an error.
+
+    A longer traceback keeps its head and its last line (the exception, which
+    :func:`~anarchon_core.records.error_summary` shows), the middle cut at an ``…``
+    line; a longer last line is cut at its end.
+    """
     if text is None or len(text) <= MAX_ERROR_CHARS:
         return text
+    head, _, last = text.rstrip().rpartition("\n")
+    if head and len(last) <= MAX_ERROR_CHARS // 2:
+        return text[: MAX_ERROR_CHARS - len(last) - 3] + "\n…\n" + last
     return text[: MAX_ERROR_CHARS - 1] + "…"
 
 

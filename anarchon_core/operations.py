@@ -10,25 +10,75 @@ define.
 
 from __future__ import annotations
 
-from .backend import Backend, InstanceInfo
-from .errors import AnarchonError, ConfigurationError
-from .names import validate_job_name
+import difflib
 
-__all__ = ["NoLiveInstanceError", "cancel", "instances", "pause", "resume", "trigger"]
+from .backend import Backend, InstanceInfo
+from .errors import AnarchonError, CapabilityError, ConfigurationError
+from .names import validate_job_name
+from .records import HistoryQuery
+
+__all__ = [
+    "NoLiveInstanceError",
+    "UnknownJobError",
+    "cancel",
+    "instances",
+    "pause",
+    "resume",
+    "trigger",
+]
 
 
 class NoLiveInstanceError(AnarchonError, LookupError):
     """A manual run was asked for a job that no live instance has: nobody would run it."""
 
 
-async def pause(backend: Backend, job: str) -> None:
-    """Pause ``job`` on every instance from its next slot (recorded ``paused``)."""
-    await backend.set_paused(validate_job_name(job), True)
+class UnknownJobError(NoLiveInstanceError):
+    """An action named a job the store knows nothing of: no live instance has it, it has
+    no history and it is not paused (a typo, most often). ``force`` acts anyway, for a
+    job about to be deployed."""
 
 
-async def resume(backend: Backend, job: str) -> None:
-    """Resume ``job`` from its next slot; paused slots are not replayed."""
-    await backend.set_paused(validate_job_name(job), False)
+async def pause(backend: Backend, job: str, *, force: bool = False) -> None:
+    """Pause ``job`` on every instance from its next slot (recorded ``paused``).
+
+    :raises UnknownJobError: the store knows nothing of ``job`` and ``force`` is not set.
+    """
+    validate_job_name(job)
+    if not force:
+        await _check_known(backend, job)
+    await backend.set_paused(job, True)
+
+
+async def resume(backend: Backend, job: str, *, force: bool = False) -> None:
+    """Resume ``job`` from its next slot; paused slots are not replayed.
+
+    :raises UnknownJobError: the store knows nothing of ``job`` and ``force`` is not set.
+    """
+    validate_job_name(job)
+    if not force:
+        await _check_known(backend, job)
+    await backend.set_paused(job, False)
+
+
+async def _check_known(backend: Backend, job: str) -> None:
+    """Refuse a job that no live instance has, with no history and not paused."""
+    try:
+        live = await backend.instances()
+    except CapabilityError:  # no registry (claim-only): the store cannot say
+        return
+    names = {name for info in live for name in info.jobs}
+    if job in names:
+        return
+    paused = await backend.paused_jobs()
+    if job in paused or await backend.history(HistoryQuery(job=job, limit=1)):
+        return
+    close = difflib.get_close_matches(job, sorted(names | paused), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise UnknownJobError(
+        f"job {job!r} is unknown: no live instance has it, it has no history and it is not "
+        f"paused; {hint}to act on a job that is not deployed yet, pass force (--force on "
+        'the command line, {"force": true} in the API)'
+    )
 
 
 async def trigger(backend: Backend, job: str, *, requested_by: str) -> int:

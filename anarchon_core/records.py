@@ -25,6 +25,7 @@ __all__ = [
     "Outcome",
     "RunRecord",
     "Status",
+    "error_summary",
     "history_key",
     "iso_utc",
     "ms_to_datetime",
@@ -131,6 +132,7 @@ class RunRecord:
             "duration_ms": self.duration_ms,
             "lateness_ms": self.lateness_ms,
             "error": self.error,
+            "error_summary": error_summary(self.error) or None,
             "meta": self.meta,
         }
 
@@ -214,3 +216,12 @@ def iso_utc(ms: int) -> str:
 
 def _iso(ms: int | None) -> str | None:
     return None if ms is None else iso_utc(ms)
+
+
+def error_summary(error: str | None) -> str:
+    """What a failed run's error says in one line: the exception's last line
+    (``ValueError: boom`` of a traceback), or the whole of a one-line error ("timed out
+    after 500 ms"); empty for none. The dashboard, the admin, the CLI and the API's
+    ``error_summary`` all show this; ``error`` keeps the whole (bounded) traceback."""
+    lines = [line.strip() for line in (error or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

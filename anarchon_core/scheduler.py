@@ -514,13 +514,22 @@ class Scheduler:
     # Every one acts on the shared store, so it works from any instance, running or not.
     # ``job`` is a job of this scheduler, or any store name (namespace included).
 
-    async def pause(self, job: str) -> None:
-        """Pause ``job`` on every instance from its next slot (recorded ``paused``)."""
-        await self._with_store(lambda backend: operations.pause(backend, self._stored(job)))
+    async def pause(self, job: str, *, force: bool = False) -> None:
+        """Pause ``job`` on every instance from its next slot (recorded ``paused``).
 
-    async def resume(self, job: str) -> None:
-        """Resume ``job`` on every instance from its next slot."""
-        await self._with_store(lambda backend: operations.resume(backend, self._stored(job)))
+        :raises UnknownJobError: ``job`` is not one of this scheduler's and the store
+            knows nothing of it (``force`` pauses it anyway).
+        """
+        name, known = self._stored(job), force or job in self._jobs
+        await self._with_store(lambda backend: operations.pause(backend, name, force=known))
+
+    async def resume(self, job: str, *, force: bool = False) -> None:
+        """Resume ``job`` on every instance from its next slot.
+
+        :raises UnknownJobError: as :meth:`pause`.
+        """
+        name, known = self._stored(job), force or job in self._jobs
+        await self._with_store(lambda backend: operations.resume(backend, name, force=known))
 
     async def trigger(self, job: str) -> int:
         """Run ``job`` once now on exactly one live instance that has it; returns the slot.

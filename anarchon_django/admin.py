@@ -21,7 +21,7 @@ from django.urls import URLPattern, path
 from django.utils import formats, timezone
 from django.utils.functional import cached_property
 
-from anarchon_core.records import ms_to_datetime
+from anarchon_core.records import error_summary, ms_to_datetime
 
 from . import _admin_dashboard as dashboard
 from .models import HistoryRecord, Instance, Job
@@ -147,7 +147,7 @@ def _span(start: int | None, end: int | None) -> int | None:
 
 
 def _excerpt(error: str | None) -> str:
-    line = ((error or "").strip().splitlines() or [""])[0]
+    line = error_summary(error)
     return line if len(line) <= _ERROR_EXCERPT else line[: _ERROR_EXCERPT - 1] + "…"
 
 

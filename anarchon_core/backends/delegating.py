@@ -23,6 +23,7 @@ from ..backend import (
     Lease,
     TakeoverRequest,
 )
+from ..errors import BackendError
 from ..records import HistoryQuery, RunRecord, Status
 
 __all__ = ["DelegatingBackend"]
@@ -41,6 +42,14 @@ class DelegatingBackend(Backend):
     async def _through(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         """Make the call ``operation`` (a contract method's name) on :attr:`inner`."""
         return await call()
+
+    @property
+    def setting_warnings(self) -> tuple[str, ...]:  # type: ignore[override]
+        """:attr:`inner`'s (none while there is no inner store)."""
+        try:
+            return self.inner.setting_warnings
+        except BackendError:
+            return ()
 
     async def now_ms(self) -> int:
         return await self._through("now_ms", lambda: self.inner.now_ms())

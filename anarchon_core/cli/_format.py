@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from ..durations import format_duration_ms
-from ..records import RunRecord, iso_utc
+from ..records import RunRecord, error_summary, iso_utc
 
 __all__ = ["excerpt", "format_ms", "format_table", "history_table", "parse_instant_ms"]
 
@@ -33,11 +33,8 @@ def format_ms(ms: int | None) -> str:
 
 
 def excerpt(error: str | None, width: int = 60) -> str:
-    """The last line of an error (``ValueError: boom`` of a traceback), shortened."""
-    if not error:
-        return ""
-    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    return _fit(lines[-1] if lines else "", width)
+    """An error's summary (``ValueError: boom`` of a traceback), shortened."""
+    return _fit(error_summary(error), width)
 
 
 def _fit(text: str, width: int) -> str:

@@ -46,12 +46,12 @@ def add_operation_commands(
         return p
 
     def pause(args: argparse.Namespace) -> int:
-        call(args, lambda backend: operations.pause(backend, args.job))
+        call(args, lambda backend: operations.pause(backend, args.job, force=args.force))
         print(f"paused {args.job}: its next slots are recorded 'paused' on every instance")
         return 0
 
     def resume(args: argparse.Namespace) -> int:
-        call(args, lambda backend: operations.resume(backend, args.job))
+        call(args, lambda backend: operations.resume(backend, args.job, force=args.force))
         print(f"resumed {args.job} from its next slot")
         return 0
 
@@ -99,8 +99,15 @@ def add_operation_commands(
             print(f"WARNING: instances disagree about {job}: {groups}")
         return 0
 
-    job_command("pause", "pause a job on every instance from its next slot", pause)
-    job_command("resume", "resume a paused job from its next slot", resume)
+    for name, help_, func in (
+        ("pause", "pause a job on every instance from its next slot", pause),
+        ("resume", "resume a paused job from its next slot", resume),
+    ):
+        job_command(name, help_, func).add_argument(
+            "--force",
+            action="store_true",
+            help="act on a job the store knows nothing of yet (not deployed, no history)",
+        )
     job_command("trigger", "run a job once now, on one live instance that has it", trigger)
     p = job_command("cancel", "cancel a pending or running run of a job", cancel)
     p.add_argument(

@@ -96,8 +96,12 @@ class Backups:
         claim, latency = answer
         self.telemetry.takeover(run.job, claim.outcome)
         if claim.outcome == Outcome.WON:
+            what = "running a manual request" if run.reason == "manual" else "took over the run"
             self.log.info(
-                "took over the run (%s)", run.reason, job=job, slot=run.slot, attempt=claim.attempt
+                what + ("" if run.reason == "manual" else f" ({run.reason})"),
+                job=job,
+                slot=run.slot,
+                attempt=claim.attempt,
             )
             self.attempts.start(
                 job,

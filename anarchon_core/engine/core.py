@@ -148,6 +148,8 @@ class Engine:
 
     def _start_loops(self) -> None:
         self.opened = True
+        for warning in self.backend.setting_warnings:
+            self.log.warn("%s", warning)
         self._claiming.add(self._spawn(self.slots.run(), forever=True))
         if self._lease:
             for job in self.jobs.values():

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..backend import Backend, FinishRequest, Lease
 from ..context import RunContext, bounded_meta
 from ..job import Job
-from ..records import Origin, Status
+from ..records import Origin, Status, error_summary
 from .execution import describe_exception, start_handler
 from .leases import Attempt, Leases
 from .support import Coalescer, EngineConfig, EngineLog, Where, retry_store
@@ -30,6 +30,14 @@ BeforeStart = Callable[[], Awaitable[bool]]
 
 #: Most finishes sent to the store in one request.
 MAX_FINISH_BATCH = 500
+
+
+class Ended(NamedTuple):
+    """How a handler call ended: its status, error text and exception (if it raised)."""
+
+    status: Status
+    error: str | None = None
+    exc: BaseException | None = None
 
 
 class Attempts:
@@ -158,9 +166,10 @@ class Attempts:
             self.log.info("run started (%s)", ctx.origin, **where)
             self.telemetry.run_started(job.store_name, (self.config.clock() - lease.slot) / 1000)
             began = asyncio.get_running_loop().time()
-            status, error = await self._call(attempt)
+            ended = await self._call(attempt)
             if not self._lease:
-                status, error = await self._retry_in_process(attempt, status, error)
+                ended = await self._retry_in_process(attempt, ended)
+            status, error = ended.status, ended.error
             if (attempt.lost or attempt.released) and not attempt.ctx.recorded:
                 self.log.warn(
                     "run ended after losing its lease (%s): outcome not recorded",
@@ -170,8 +179,7 @@ class Attempts:
                 return
             attempt.finishing = True  # from here on, never handed over
             retry_in = self._retry_delay(job, lease.attempt) if status == Status.FAILED else None
-            log = self.log.info if status == Status.SUCCESS else self.log.warn
-            log("run %s%s", status, f": {error}" if error else "", **where)
+            self._report(ended, where)
             duration = asyncio.get_running_loop().time() - began
             if await self._finish(attempt, status, error, retry_in):
                 self.telemetry.run_ended(job.store_name, status, duration, self.config.clock())
@@ -179,23 +187,34 @@ class Attempts:
             attempt.done = True
             self.leases.drop(attempt)
 
-    async def _call(self, attempt: Attempt) -> tuple[Status, str | None]:
+    def _report(self, ended: Ended, where: Where) -> None:
+        """Log a run's outcome: a handler that raised is an ERROR with its exception
+        attached (what error trackers pick up), a timeout or a cancellation a WARNING."""
+        if ended.status == Status.SUCCESS:
+            self.log.info("run success", **where)
+        elif ended.exc is not None:
+            summary = error_summary(ended.error)
+            self.log.error("run failed: %s", summary, exc_info=ended.exc, **where)
+        else:
+            self.log.warn("run failed: %s", ended.error, **where)
+
+    async def _call(self, attempt: Attempt) -> Ended:
         """One handler call, inside its span: the handler's own spans nest under it."""
         with self.telemetry.run_span(attempt.job.store_name, attempt.ctx) as span:
-            status, error, exc = await self._invoke(attempt)
+            ended = await self._invoke(attempt)
             if (attempt.lost or attempt.released) and not attempt.ctx.recorded:
                 span.end(Status.INTERRUPTED, reason=attempt.ctx.cancel_reason)
             else:
-                span.end(status, exc, None if exc is not None else error)
-        return status, error
+                span.end(ended.status, ended.exc, None if ended.exc is not None else ended.error)
+        return ended
 
-    async def _invoke(self, attempt: Attempt) -> tuple[Status, str | None, BaseException | None]:
+    async def _invoke(self, attempt: Attempt) -> Ended:
         """Call the handler; its status, error text and exception (if it raised)."""
         job, ctx = attempt.job, attempt.ctx
         try:
             future = start_handler(job, ctx)
         except Exception as exc:  # an async handler that raised before its first await
-            return Status.FAILED, describe_exception(exc), exc
+            return Ended(Status.FAILED, describe_exception(exc), exc)
         attempt.future = future
         timeout_ms = job.options.timeout_ms
         try:
@@ -207,17 +226,15 @@ class Attempts:
             raise
         if not done:
             attempt.signal("timeout")
-            return Status.FAILED, f"timed out after {timeout_ms} ms", None
+            return Ended(Status.FAILED, f"timed out after {timeout_ms} ms")
         if future.cancelled():
-            return Status.FAILED, f"cancelled ({ctx.cancel_reason or 'by the handler'})", None
+            return Ended(Status.FAILED, f"cancelled ({ctx.cancel_reason or 'by the handler'})")
         error = future.exception()
         if error is not None:
-            return Status.FAILED, describe_exception(error), error
-        return Status.SUCCESS, None, None
+            return Ended(Status.FAILED, describe_exception(error), error)
+        return Ended(Status.SUCCESS)
 
-    async def _retry_in_process(
-        self, attempt: Attempt, status: Status, error: str | None
-    ) -> tuple[Status, str | None]:
+    async def _retry_in_process(self, attempt: Attempt, ended: Ended) -> Ended:
         """Claim-only stores cannot hand a retry to another instance: retry here.
 
         The handler runs again with ``ctx.attempt`` counting up, after the same
@@ -226,14 +243,14 @@ class Attempts:
         """
         job, lease = attempt.job, attempt.lease
         number = 1
-        while status == Status.FAILED and number <= job.options.retries:
+        while ended.status == Status.FAILED and number <= job.options.retries:
             if number >= job.options.max_attempts:
                 break
             delay = job.options.retry_backoff_ms * 2 ** (number - 1)
             self.log.warn(
                 "failed, retrying in this process in %d ms: %s",
                 delay,
-                error,
+                error_summary(ended.error),
                 job=job,
                 slot=lease.slot,
                 attempt=number,
@@ -241,8 +258,8 @@ class Attempts:
             await asyncio.sleep(delay / 1000)
             number += 1
             attempt.ctx = self._context(job, lease, number, attempt.ctx.origin)
-            status, error = await self._call(attempt)
-        return status, error
+            ended = await self._call(attempt)
+        return ended
 
     def _retry_delay(self, job: Job, attempt: int) -> int | None:
         """Retry after a failure while retries and attempts remain (lease backends)."""

@@ -348,7 +348,14 @@ _RUN = _object(
     {
         **{
             key: _nullable(_TEXT)
-            for key in ("instance_id", "claimed_at", "started_at", "finished_at", "error")
+            for key in (
+                "instance_id",
+                "claimed_at",
+                "started_at",
+                "finished_at",
+                "error",
+                "error_summary",
+            )
         },
         "duration_ms": _nullable(_INT),
         "lateness_ms": _nullable(_INT),

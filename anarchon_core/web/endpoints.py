@@ -364,13 +364,13 @@ class DashboardAPI:
     async def _pause(
         self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
     ) -> dict[str, Any]:
-        await operations.pause(self.backend, path["job"])
+        await operations.pause(self.backend, path["job"], force=_forced(body))
         return {"job": path["job"], "paused": True}
 
     async def _resume(
         self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
     ) -> dict[str, Any]:
-        await operations.resume(self.backend, path["job"])
+        await operations.resume(self.backend, path["job"], force=_forced(body))
         return {"job": path["job"], "paused": False}
 
     async def _trigger(
@@ -386,6 +386,15 @@ class DashboardAPI:
         job, slot = _cancel_body(body)
         cancelled = await operations.cancel(self.backend, job, slot)
         return {"job": job, "slot": slot, "cancelled": cancelled}
+
+
+def _forced(body: bytes) -> bool:
+    """``{"force": true}`` in an action's body: act on a job the store does not know."""
+    try:
+        data = json.loads(body or b"null")
+    except ValueError:
+        data = None
+    return isinstance(data, dict) and data.get("force") is True
 
 
 def _cancel_body(body: bytes) -> tuple[str, int]:

@@ -306,6 +306,24 @@ async def test_one_prefix_one_strategy() -> None:
                 pass
 
 
+async def test_settings_that_break_guarantees_are_logged_once_by_a_starting_scheduler(
+    own_server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without AOF a restart forgets claims: a scheduler says so once at start; opening
+    the store for a read (history, the dashboard) says nothing."""
+    with sync_redis.Redis.from_url(own_server.url) as raw:
+        raw.config_set("appendonly", "no")
+    with caplog.at_level(logging.WARNING, logger="anarchon"):
+        async with opened(url=own_server.url) as backend:
+            assert any("AOF persistence is off" in w for w in backend.setting_warnings)
+        assert not [r for r in caplog.records if "AOF" in r.getMessage()]
+        scheduler = Scheduler(own_server.url, instance_id="aof-check")
+        await scheduler.start()
+        await scheduler.stop()
+    aof = [r for r in caplog.records if "AOF persistence is off" in r.getMessage()]
+    assert len(aof) == 1 and aof[0].levelno == logging.WARNING
+
+
 async def test_scripts_are_reloaded_after_the_server_forgot_them(own_server: Server) -> None:
     async with opened(url=own_server.url) as backend:
         now = await backend.now_ms()

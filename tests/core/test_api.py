@@ -305,15 +305,15 @@ def test_endpoints_refuse_bad_requests_clearly(
 def test_actions_go_through_the_store() -> None:
     c = Cluster()
     endpoints = DashboardAPI(c.backend, allow_actions=True, requested_by="test")
+    status, body = call(endpoints, "POST", "jobs/sync/trigger")
+    assert status == 409 and "no live instance has job 'sync'" in body["error"]
+    run(c.register("a:1:aaaaaa", job("sync")))
     assert call(endpoints, "POST", "jobs/sync/pause") == (200, {"job": "sync", "paused": True})
     assert run(c.backend.paused_jobs()) == {"sync"}
     assert call(endpoints, "GET", "jobs")[1]["actions"] is True
     assert call(endpoints, "POST", "jobs/sync/resume")[1]["paused"] is False
     assert run(c.backend.paused_jobs()) == set()
 
-    status, body = call(endpoints, "POST", "jobs/sync/trigger")
-    assert status == 409 and "no live instance has job 'sync'" in body["error"]
-    run(c.register("a:1:aaaaaa", job("sync")))
     status, body = call(endpoints, "POST", "jobs/sync/trigger")
     assert status == 200 and body["slot"] == c.clock()
 
@@ -323,6 +323,24 @@ def test_actions_go_through_the_store() -> None:
     records: list[RunRecord] = run(c.backend.history(HistoryQuery(job="sync")))
     assert records[0].status == Status.CANCELLED
     assert call(endpoints, "POST", "runs/cancel", cancel)[1]["cancelled"] is False
+
+
+def test_an_unknown_job_is_refused_with_a_did_you_mean_unless_forced() -> None:
+    c = Cluster()
+    endpoints = DashboardAPI(c.backend, allow_actions=True, requested_by="test")
+    run(c.register("a:1:aaaaaa", job("sync")))
+    for action in ("pause", "resume", "trigger"):
+        status, body = call(endpoints, "POST", f"jobs/snyc/{action}")
+        assert status == 409, action
+        assert (
+            "did you mean 'sync'" in body["error"] or "live instances have: sync" in body["error"]
+        ), body
+    assert run(c.backend.paused_jobs()) == set()
+    forced = call(endpoints, "POST", "jobs/later/pause", {"force": True})
+    assert forced == (200, {"job": "later", "paused": True})
+    assert call(endpoints, "POST", "jobs/later/resume")[0] == 200  # paused: known
+    run(c.run("ran-once", START))  # a job with history is known, deployed or not
+    assert call(endpoints, "POST", "jobs/ran-once/pause")[0] == 200
 
 
 @pytest.mark.parametrize(

@@ -535,6 +535,15 @@ def test_add_commands_offers_chosen_subcommands_on_a_fixed_target() -> None:
         parser.parse_args(["prune", "--older-than", "1d", "--all"])  # not offered
 
 
+def test_pause_and_resume_refuse_an_unknown_job_unless_forced(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for command in ("pause", "resume"):
+        assert main([command, "--backend", "memory://", "tik"]) == 1
+        assert "job 'tik' is unknown" in capsys.readouterr().err
+        assert main([command, "--force", "--backend", "memory://", "tik"]) == 0
+
+
 def test_exit_codes_of_errors() -> None:
     assert exit_code(CliError("usage")) == 2 and exit_code(CliError("store", code=1)) == 1
     assert exit_code(ConfigurationError("bad")) == 2 and exit_code(BackendError("down")) == 1

@@ -242,10 +242,11 @@ class RedisBackend(Backend):
                 f"{self.describe()} runs {self.server}; the Redis backend needs Redis "
                 f">= {MIN_SERVER[0]}.{MIN_SERVER[1]} or Valkey"
             )
-        await self._warn_about_settings(client)
+        self.setting_warnings = tuple(await self._settings_that_break_guarantees(client))
 
-    async def _warn_about_settings(self, client: Redis) -> None:
-        """Log server settings that break the guarantees (read where CONFIG/INFO allow)."""
+    async def _settings_that_break_guarantees(self, client: Redis) -> list[str]:
+        """Server settings that break the guarantees (read where CONFIG/INFO allow)."""
+        found = []
         persistence: Any = None
         config: Any = None
         with contextlib.suppress(ResponseError):  # renamed or denied on managed services
@@ -254,18 +255,18 @@ class RedisBackend(Backend):
             config = await command(client, "CONFIG", "GET", "maxmemory-policy")
         policy = config.get("maxmemory-policy") if isinstance(config, dict) else None
         if policy not in (None, "noeviction"):
-            logger.warning(
-                "%s: maxmemory-policy is %r: Redis may evict run records or leases, and a "
-                "slot may then run twice; set maxmemory-policy noeviction",
-                self.describe(),
-                policy,
+            found.append(
+                f"{self.describe()}: maxmemory-policy is {policy!r}: Redis may evict run "
+                "records or leases, and a slot may then run twice; set maxmemory-policy "
+                "noeviction"
             )
         if isinstance(persistence, dict) and not persistence.get("aof_enabled"):
-            logger.warning(
-                "%s: AOF persistence is off: a restart forgets recorded claims (and leases), "
-                "so a slot still within its horizon may run again; set appendonly yes",
-                self.describe(),
+            found.append(
+                f"{self.describe()}: AOF persistence is off: a restart forgets recorded claims "
+                "(and leases), so a slot still within its horizon may run again; set "
+                "appendonly yes"
             )
+        return found
 
     async def _check_cluster(self, client: Redis) -> None:
         """Note whether the server runs Redis Cluster (batch scripts are then cut by hash slot)."""

@@ -473,7 +473,7 @@
     const meta = r.meta && Object.keys(r.meta).length ? JSON.stringify(r.meta) : null;
     if (!r.error && !meta) return muted('—');
     const key = runKey(r);
-    const first = (r.error || `meta ${meta}`).split('\n')[0];
+    const first = r.error_summary || `meta ${meta}`;
     const summary = first.length > 70 ? `${first.slice(0, 68)}…` : first;
     const lines = [r.error, `claimed  ${r.claimed_at || '—'}`, `started  ${r.started_at || '—'}`,
       `finished ${r.finished_at || '—'}`, meta && `meta     ${meta}`].filter(Boolean);
