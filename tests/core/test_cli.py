@@ -32,7 +32,8 @@ from anarchon_core.records import HistoryQuery, Origin, RunRecord, Status
 ROOT = Path(__file__).resolve().parents[2]
 RECORD_KEYS = {
     "job", "slot", "scheduled_at", "attempt", "origin", "status", "instance_id",
-    "claimed_at", "started_at", "finished_at", "duration_ms", "lateness_ms", "error", "meta",
+    "claimed_at", "started_at", "finished_at", "duration_ms", "lateness_ms", "error",
+    "error_summary", "meta",
 }  # fmt: skip
 
 JOBS_MODULE = """

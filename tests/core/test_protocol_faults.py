@@ -138,12 +138,15 @@ def test_a_lost_reply_retried_in_time_runs_the_attempt() -> None:
     assert stats["claim_won"] == 1
 
 
-@pytest.mark.parametrize("call", ["claim", "takeover"])
-def test_a_stop_that_cuts_off_a_won_request_gives_its_lease_back(call: str) -> None:
-    """A stops while its claim (or its takeover of a dead runner's run) is in flight:
-    the store has applied it and answers WON 200 ms later. The stop reads the answer
-    and releases the lease, so that B takes the run over at once instead of after the
-    3-s lease (which would also make B skip the job's next slots as overlapping)."""
+@pytest.mark.parametrize(("call", "grace_ms"), [("claim", 0), ("takeover", None)])
+def test_a_stop_that_cuts_off_a_won_request_gives_its_lease_back(
+    call: str, grace_ms: int | None
+) -> None:
+    """A stops (with no grace for a claim, whose answer a grace would wait for) while its
+    claim, or its takeover of a dead runner's run, is in flight: the store has applied
+    it and answers WON 200 ms later. The stop reads the answer and releases the lease,
+    so that B takes the run over at once instead of after the 3-s lease (which would
+    also make B skip the job's next slots as overlapping)."""
     recorder = Recorder()
     store = MemoryBackend(clock=LoopClock(BASE_MS))
     link = FaultyBackend(store)
@@ -169,7 +172,7 @@ def test_a_stop_that_cuts_off_a_won_request_gives_its_lease_back(call: str) -> N
             await asyncio.sleep(0.005)
         loop = asyncio.get_running_loop()
         stop_at = loop.time()
-        await a.stop()
+        await a.stop(grace_ms)
         stopped_in = loop.time() - stop_at
         await b.start()
         await asyncio.sleep(1.0)
@@ -183,6 +186,37 @@ def test_a_stop_that_cuts_off_a_won_request_gives_its_lease_back(call: str) -> N
     assert ran == [(first + 1, "b")], ran  # within B's first sweeps, not after 3 s
     assert (first, "interrupted", "a") in found, found
     assert 0.19 <= stopped_in <= 0.25  # the answer's wait, and the release
+
+
+def test_a_claim_in_flight_at_a_graceful_stop_runs_within_the_grace() -> None:
+    """With a grace, the stop waits for the answer of a claim already sent (200 ms
+    late here) and runs what it won like any run in flight; B then finds it done."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=LoopClock(BASE_MS))
+    link = FaultyBackend(store)
+
+    def make(backend: Backend, name: str) -> Scheduler:
+        s = Scheduler(backend, instance_id=name, clock=LoopClock(BASE_MS), heartbeat_ms=1000)
+        s.every("job", "10s", jitter_ms=0)(recorder.handler(500))
+        return s
+
+    async def main() -> Found:
+        a, b = make(link, "a"), make(store, "b")
+        link.once("claim", delay_ms=200)
+        await a.start()
+        while not link.injected["claim:delayed"]:
+            await asyncio.sleep(0.005)
+        await a.stop(grace_ms=2000)
+        await b.start()
+        await asyncio.sleep(1.0)
+        await b.stop()
+        return await history(store)
+
+    found = run_virtual(main)
+    assert [(run.attempt, run.instance, run.completed) for run in recorder.executions] == [
+        (1, "a", True)
+    ]
+    assert found == [(1, str(Status.SUCCESS), "a")]
 
 
 def dead_runners_claim(slot: int, *, lease_ms: int) -> ClaimRequest:

@@ -339,7 +339,8 @@ def test_log_records_carry_the_run_fields(caplog: pytest.LogCaptureFixture) -> N
     assert isinstance(hello[0].__dict__["slot"], int)
     failed = [r for r in mine if "run failed" in r.getMessage()]
     assert failed and failed[0].__dict__["job"] == "fail"
-    assert failed[0].levelno == logging.WARNING
+    assert failed[0].levelno == logging.ERROR  # a handler that raised: for error trackers
+    assert failed[0].exc_info is not None
 
 
 def test_telemetry_can_be_turned_off() -> None:
