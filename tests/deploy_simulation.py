@@ -307,8 +307,9 @@ class Store(MemoryBackend):
 
     Every replica reads the whole registry once per heartbeat, and each entry changes
     (its ``last_seen``) once per heartbeat: decoding it for every reader was a sixth of
-    a seed's time. Each reader still gets its own ``jobs`` dict. (It reads the registry
-    that :class:`MemoryBackend` keeps as JSON text.)
+    a seed's time. The readers of one version of an entry share its (frozen) info and
+    its ``jobs``, which the engine only reads. (It reads the registry that
+    :class:`MemoryBackend` keeps as JSON text.)
     """
 
     def __init__(self, *, clock: Callable[[], int]) -> None:
@@ -324,7 +325,7 @@ class Store(MemoryBackend):
             known = self._decoded.get(key)
             if known is None or known[0] is not text:
                 known = self._decoded[key] = (text, InstanceInfo.from_json(json.loads(text)))
-            infos.append(replace(known[1], jobs=dict(known[1].jobs)))
+            infos.append(known[1])
         return infos
 
 
