@@ -8,9 +8,11 @@ random deployments; these pin each one down alone.
 1. instances that do not hold a job are ranked as its candidates;
 2. jitter is not clamped to the claim horizon;
 3. ``stop()`` hands over an attempt whose handler returned while its finish is pending;
-4. a forward clock step replays the backlog one slot (and one warning) at a time;
+4. a forward clock step replays the backlog one slot (and one warning) at a time (and,
+   found by the simulation, a backward one puts the slot loop to sleep for the step);
 5. catch-up claims skip the overlap check;
-6. a graceful stop stays in the ranking through its grace.
+6. a graceful stop stays in the ranking through its grace;
+7. (found by the simulation) replicas started just after a slot are ranked for it.
 """
 
 from __future__ import annotations
@@ -200,6 +202,35 @@ def test_4_a_forward_clock_step_skips_the_backlog_and_reports_it_once_per_job(
         f"{len(flooded)} job(s) logged more than one warning after the step, e.g. "
         f"{dict(list(flooded.items())[:3])}"
     )
+
+
+@issue27
+def test_4b_a_clock_stepped_back_then_corrected_claims_again_at_once() -> None:
+    """The same defect the other way (found by the deployment simulation, seed 231):
+    one instance's clock steps 1 min back, and is corrected 0.5 s later. Every slot
+    from a second after the correction runs (on main the slot loop slept through the
+    step, a minute of loop time, since it had computed its wait before the step)."""
+    random.seed(4)
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+    clock = LoopClock(BASE_MS)
+
+    async def main() -> None:
+        scheduler = make(store, "one", clock=clock, **FAST)
+        scheduler.every("tick", "250ms")(recorder.handler(10))
+        await scheduler.start()
+        await asyncio.sleep(3.55)
+        clock.offset_ms -= 60_000
+        await asyncio.sleep(0.5)
+        clock.offset_ms += 60_000
+        await asyncio.sleep(6)
+        await scheduler.stop()
+
+    run_virtual(main)
+    ran = {run.slot for run in recorder.executions}
+    slots = range(BASE_MS + 5000, BASE_MS + 10_000, 250)
+    missed = [seconds(slot) for slot in slots if slot not in ran]
+    assert not missed, f"{len(missed)} of {len(slots)} slots after the correction missed: {missed}"
 
 
 @issue27
