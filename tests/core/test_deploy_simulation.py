@@ -2,7 +2,8 @@
 
 1,000 seeds per run: the fixed seeds 0–799 and 200 more that change every day, split
 over this file and ``test_deploy_simulation_2.py`` so that ``make test``'s two workers
-share them (about half a minute each). A failure names its seeds; one replays alone,
+share them (about 40 s each on a loaded two-core machine). A failure names its seeds
+and the rules they broke; one replays alone,
 with its whole timeline, with ``ANARCHON_DEPLOY_SEED=S``; ``ANARCHON_DEPLOY_SEEDS=N``
 runs seeds 0..N-1 instead (a soak).
 """
