@@ -66,6 +66,10 @@ Narrowed where the engine cannot do better (each narrowing is as tight as the pr
 - (a) and the ``interrupted`` rule of (d) do not count an attempt whose instance crashed
   (SIGKILL, link cut) within 1 s after its handler returned: the finish may not have
   landed, and the store cannot know the handler ran. A graceful stop is no excuse.
+- (d) does not count a record left ``running`` whose runner stopped while the store
+  kept failing its finish (finish faults on): the engine resends the finish through the
+  grace and one lease, then leaves the lease to expire as after a crash; a backup ends
+  the run unless no replica holding the job outlives that expiry.
 - (c) does not count a slot of a job when a replica holding that job (any version)
   crashed, or had a wrong clock, within the liveness bound (lease + 2 heartbeats) before
   the slot through its horizon: survivors rank such a replica until it leaves the
@@ -92,7 +96,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -104,7 +107,7 @@ from dataclasses import dataclass, field, replace
 
 from virtual import BASE_MS, Execution, Recorder, run_virtual
 
-from anarchon_core import MemoryBackend, RunContext, Scheduler, _engine
+from anarchon_core import MemoryBackend, RunContext, Scheduler
 from anarchon_core.backend import InstanceInfo
 from anarchon_core.records import HistoryQuery, RunRecord, Status
 from anarchon_core.testing import Faults, FaultyBackend, LoopClock
@@ -327,21 +330,6 @@ class Store(MemoryBackend):
                 known = self._decoded[key] = (text, InstanceInfo.from_json(json.loads(text)))
             infos.append(known[1])
         return infos
-
-
-@contextlib.contextmanager
-def _version_read_once() -> Iterator[None]:
-    """Every engine start reads the package's version from its metadata (an e-mail
-    header parse: a tenth of a seed's time, 15 starts a seed); read it once."""
-    read = getattr(_engine, "_version", None)
-    if read is None:
-        yield
-        return
-    _engine._version = functools.cache(read)
-    try:
-        yield
-    finally:
-        _engine._version = read
 
 
 @dataclass
@@ -665,7 +653,7 @@ class World:
 def simulate(seed: int) -> Report:
     random.seed(seed)  # the engines' jitter and sweep pacing
     world = World(seed)
-    with _captured_warnings(world.recorder.clock) as warnings, _version_read_once():
+    with _captured_warnings(world.recorder.clock) as warnings:
         records = run_virtual(world.main, lean=True)
     report = Report(seed, counts=world.counts, timeline=world.timeline)
     _judge(report, world, records, warnings.lines)
@@ -689,12 +677,17 @@ def _judge(report: Report, world: World, records: list[RunRecord], logs: list[Lo
         return crashed is not None and run.end is not None and crashed - run.end <= FINISH_LANDS_MS
 
     def orphaned(record: RunRecord) -> bool:
-        """Its runner died and no replica holding the job was up long enough after its
-        lease expired to end the run (the job left every version still running)."""
+        """Its runner died (or stopped while the store kept failing its finish: the
+        engine then leaves the lease to expire, as after a crash) and no replica holding
+        the job was up long enough after its lease expired to end the run."""
         runner = replicas.get(record.instance_id or "")
-        if runner is None or runner.crashed is None:
+        if runner is None:
             return False
-        expired = runner.crashed + runner.lease_ms
+        left = runner.crashed if runner.crashed is not None else runner.stopping
+        if left is None or (runner.crashed is None and not world.finish_fail):
+            return False
+        # A stopping runner resends its finish through its grace and one lease more.
+        expired = left + (runner.grace_ms or 0) + 2 * runner.lease_ms
         return not any(
             max(h.started, expired) + h.liveness_ms <= h.gone
             for h in world.replicas
