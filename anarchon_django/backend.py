@@ -10,6 +10,7 @@ stores' :class:`~anarchon_core.backends.supply.ConnectionSupply`.
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -130,9 +131,29 @@ class DjangoBackend(DelegatingBackend):
 
 #: What the store needs on each database of Django's beyond SQLite (its vendor names).
 _DRIVERS = {
-    "postgresql": "psycopg 3: pip install 'anarchon[postgres]'",
-    "mysql": "mysqlclient: pip install 'anarchon[mysql]'",
+    "postgresql": "psycopg 3 and psycopg-pool: pip install 'anarchon[django,postgres]'",
+    "mysql": "mysqlclient: pip install 'anarchon[django,mysql]'",
 }
+#: The core store module the ORM store loads on each vendor (it imports the drivers).
+_STORE_MODULES = {
+    "postgresql": "anarchon_core.backends.postgres",
+    "mysql": "anarchon_core.backends.mysql",
+}
+
+
+def missing_driver(vendor: str) -> str | None:
+    """What the ORM store on ``vendor`` needs and cannot import here, or ``None``:
+    checked by ``manage.py check`` (``anarchon.E006``) before a run would fail on it."""
+    module = _STORE_MODULES.get(vendor)
+    if module is None:
+        return None
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        return f"the Django ORM backend on {vendor} needs {_DRIVERS[vendor]} ({exc})"
+    return None
+
+
 #: sqlite3.connect's busy timeout, which Django keeps unless OPTIONS say otherwise.
 _SQLITE_TIMEOUT_S = 5.0
 

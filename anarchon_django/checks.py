@@ -8,6 +8,7 @@ anarchon.E002      unknown key in ``ANARCHON`` (with a did-you-mean)
 anarchon.E003      ``BACKEND`` is not a valid store URL / unknown scheme
 anarchon.E004      ``BACKEND`` is ``django://ALIAS`` and ALIAS is not in DATABASES
 anarchon.E005      a bad value of any other key (the message names key and form)
+anarchon.E006      ``BACKEND``'s database needs a driver that is not installed
 anarchon.E010      a ``jobs`` module (or an ``IMPORT_PATHS`` module) failed to import
 anarchon.E011      bad job name
 anarchon.E012      bad duration (``every()`` interval or offset)
@@ -27,8 +28,11 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
+from anarchon_core.errors import ConfigurationError
+
 from . import _scheduler
-from .conf import Problem
+from .backend import missing_driver
+from .conf import Problem, alias_from_url
 
 __all__ = ["DISCOVERY_PROBLEMS", "TAG", "check_anarchon"]
 
@@ -51,7 +55,9 @@ def check_anarchon(
     """Every anarchon problem of the project: settings, jobs modules, zones."""
     from django.conf import settings
 
-    messages = [_message(p) for p in _scheduler.current_settings().problems]
+    conf = _scheduler.current_settings()
+    messages = [_message(p) for p in conf.problems]
+    messages += _driver_messages(conf.backend, settings.DATABASES)
     messages += [_message(p) for p in DISCOVERY_PROBLEMS]
     scheduler = _scheduler._current
     zone = getattr(settings, "TIME_ZONE", None) or "UTC"
@@ -67,6 +73,22 @@ def check_anarchon(
                 )
             )
     return messages
+
+
+def _driver_messages(url: str, databases: Any) -> list[checks.CheckMessage]:
+    """``anarchon.E006``: the database of a ``django://`` store needs a driver (psycopg 3
+    and its pool on PostgreSQL, mysqlclient on MySQL) this environment lacks."""
+    if not url.startswith("django://"):
+        return []
+    try:
+        engine = str(databases[alias_from_url(url)].get("ENGINE", ""))
+    except (ConfigurationError, KeyError):  # E003/E004 say why
+        return []
+    vendor = {"postgresql": "postgresql", "mysql": "mysql"}.get(engine.rsplit(".", 1)[-1], "")
+    problem = missing_driver(vendor)
+    if problem is None:
+        return []
+    return [checks.Error(problem, hint="install it, then run this check again", id="anarchon.E006")]
 
 
 def register() -> None:

@@ -9,7 +9,9 @@ catch-up window. The check follows the claim, so a run claimed after it is skipp
 the store, and one claimed before it is seen by the check. This instance's own slots
 that come due while it catches a job up (``overlap="skip"``) are handed to the catch-up
 (:meth:`CatchUp.defer`) and claimed, in order, once the missed ones have run: they are
-neither skipped for the catch-up's sake nor run beside it.
+neither skipped for the catch-up's sake nor run beside it. One that the catch-up has
+not claimed by half its horizon is claimed as usual (and skipped, recorded, if a
+catch-up run is live then) rather than left to expire.
 """
 
 from __future__ import annotations
@@ -54,6 +56,16 @@ class CatchUp:
         if deferred is None or job.options.overlap != "skip":
             return False
         deferred.append(slot)
+        return True
+
+    def undefer(self, job: Job, slot: int) -> bool:
+        """Take back a slot handed over by :meth:`defer` that the catch-up has not
+        claimed yet (half its horizon has passed: it is claimed as usual, and skipped if
+        a catch-up run is still live). ``False``: the catch-up claimed it."""
+        deferred = self._deferred.get(job.store_name)
+        if deferred is None or slot not in deferred:
+            return False
+        deferred.remove(slot)
         return True
 
     async def run(self, job: Job) -> None:

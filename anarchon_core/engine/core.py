@@ -67,6 +67,7 @@ class Engine:
             claim=self.claimer.claim_runs,
             spawn=self._spawn_claims,
             defer=self.catch_up.defer,
+            undefer=self.catch_up.undefer,
         )
         self.registry = Registry(
             backend,

@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ..job import Job
-from ..schedules import Every
+from ..schedules import Every, Schedule
 from .candidates import Role, Turn, stable_hash, unit_interval
 
 __all__ = [
@@ -52,6 +52,9 @@ class Stage(enum.Enum):
     """The slot has come: decide this instance's turn (and push the job's next slot)."""
     CLAIM = "claim"
     """The turn's delay has passed: claim."""
+    DEFERRED = "deferred"
+    """Half the horizon of a slot handed to the job's catch-up has passed: claim it now
+    unless the catch-up has claimed it already."""
 
 
 @dataclass(order=True, slots=True)
@@ -115,22 +118,39 @@ class Skip:
 
 
 def first_claimable(job: Job, slot: int, now: int) -> Skip | None:
-    """The first slot from ``slot`` on that can still be claimed at ``now``, with the
-    number passed over; ``None`` if ``slot`` itself still can.
+    """Where a slot loop that wakes at ``now``, long after ``slot``, resumes the job: at
+    the newest slot due by ``now`` if it is still within its horizon, else at the next
+    one; with the number of slots passed over. ``None`` if ``slot`` itself is still
+    claimable (within its horizon plus :data:`HORIZON_MARGIN_MS`, where the store's
+    clock decides).
 
-    A slot is claimable until its horizon (plus :data:`HORIZON_MARGIN_MS`, within which
-    the store's clock decides). After a clock step or a freeze of an hour, a job every
-    second would otherwise replay 3,600 slots that all come back expired.
+    After a clock step or a freeze of an hour, a job every second would otherwise
+    replay 3,600 slots that all come back expired; and of the few a long grace keeps
+    claimable, only the newest runs: they would skip each other (``overlap``) or run
+    back to back, which a step of the clock does not call for (catch-up does that
+    after downtime).
     """
     if now <= slot + job.horizon_ms(slot) + HORIZON_MARGIN_MS:
         return None
     schedule = job.schedule
-    widest = max(job.horizon_ms(slot), job.options.misfire_grace_ms or 0)
-    start = max(slot, now - widest - HORIZON_MARGIN_MS)
-    found = slot if start == slot else schedule.next_slot(start - 1)
-    while now > found + job.horizon_ms(found) + HORIZON_MARGIN_MS:
+    found = _newest_due(schedule, slot, now)
+    if now > found + job.horizon_ms(found):
         found = schedule.next_slot(found)
     if isinstance(schedule, Every):
         return Skip(found, (found - slot) // schedule.interval_ms)
+
     count = len(schedule.slots_between(slot - 1, found - 1, limit=SKIP_COUNT_LIMIT))
     return Skip(found, count, at_least=count == SKIP_COUNT_LIMIT)
+
+
+def _newest_due(schedule: Schedule, slot: int, now: int) -> int:
+    """The newest slot in ``[slot, now]`` (``slot`` is one of the schedule's)."""
+    if isinstance(schedule, Every):
+        return schedule.next_slot(now - schedule.interval_ms)
+    gap = max(schedule.next_slot(slot) - slot, 1)
+    while True:  # widen a look-back window until it holds a slot
+        start = max(slot - 1, now - gap)
+        found = schedule.slots_between(start, now)
+        if found:
+            return found[-1]
+        gap *= 4

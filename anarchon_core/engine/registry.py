@@ -11,6 +11,7 @@ every few refreshes replicas that disagree about a job's definition are reported
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.metadata
 import os
 import socket
@@ -139,7 +140,9 @@ class Registry:
         self._reported_mismatches = set(mismatches)
 
 
+@functools.cache
 def _version() -> str:
+    """The package's version (read once: its metadata is an e-mail header to parse)."""
     try:
         return importlib.metadata.version("anarchon")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree

@@ -1,7 +1,8 @@
 """The slot loop: one timer for every job, waking at the next due :class:`~.planner.Due`.
 
 At a slot the loop hands the slot to the job's catch-up if one is under way (see
-:mod:`.catch_up`), else asks the registry view for this instance's turn and claims at once,
+:mod:`.catch_up`; if the catch-up has not claimed it by half its horizon, the loop
+claims it after all), else asks the registry view for this instance's turn and claims at once,
 claims later (a ``CLAIM`` entry at the turn's delay) or passes the slot to its
 candidates; the job's next slot is pushed at the same time. The claims due within one
 turn of the loop leave as one batch, in a task of their own (a slow or retried claim
@@ -67,6 +68,7 @@ class SlotLoop:
         claim: ClaimBatch,
         spawn: Callable[[Coroutine[Any, Any, Any]], object],
         defer: Callable[[Job, int], bool] = lambda job, slot: False,
+        undefer: Callable[[Job, int], bool] = lambda job, slot: False,
     ) -> None:
         self.config = config
         self.log = log
@@ -76,9 +78,12 @@ class SlotLoop:
         self._claim = claim
         self._spawn = spawn
         self._defer = defer
+        self._undefer = undefer
         self._heap: list[Due] = []
         self._order = itertools.count()
         self._gaps: dict[str, int] = {}
+        #: Slots passed over in this turn, by job: (the first, how many, at least?).
+        self._skips: dict[str, tuple[int, int, bool]] = {}
         #: Slots passed without a claim (not ranked for them), by job: claimed after
         #: all if their candidates leave the registry within the slot's horizon.
         self._passed: dict[str, deque[int]] = {}
@@ -115,6 +120,7 @@ class SlotLoop:
                 self._plan_from(now)
             offset = now - loop.time() * 1000
             due = self._take_due(now)
+            self._flush_skips()
             for start in range(0, len(due), MAX_CLAIM_BATCH):
                 self._spawn(self._claim(due[start : start + MAX_CLAIM_BATCH]))
             if self._heap and self._heap[0].at <= now:  # more due: poll the sockets first
@@ -128,10 +134,12 @@ class SlotLoop:
             if not self._heap or self._heap[0].at > now:
                 break
             entry = heapq.heappop(self._heap)
-            if entry.stage == Stage.CLAIM:
+            if entry.stage == Stage.PLAN:
+                run = self._plan(entry.job, entry.slot, now)
+            elif entry.stage == Stage.CLAIM or self._undefer(entry.job, entry.slot):
                 run = self._pending(entry.job, entry.slot, entry.at - entry.slot, now)
             else:
-                run = self._plan(entry.job, entry.slot, now)
+                run = None  # the catch-up claimed it
             if run is not None:
                 due.append(run)
         return due
@@ -149,6 +157,7 @@ class SlotLoop:
         self._report_gap(job, nxt - slot)
         self._push(job, nxt, Stage.PLAN)
         if self._defer(job, slot):  # the job is being caught up: claimed after it
+            self._push(job, slot, Stage.DEFERRED, at=slot + job.horizon_ms(slot) // 2)
             return None
         turn = self.candidates.turn(job.store_name, job.fingerprint, slot, now)
         if turn.role == Role.UNRANKED:
@@ -171,16 +180,24 @@ class SlotLoop:
             self._gaps[job.store_name] = gap
 
     def _report_skip(self, job: Job, slot: int, count: int, at_least: bool) -> None:
-        """One warning for the slots a late loop passes over (a clock step, a freeze)."""
+        """Count slots a late loop passes over (a clock step, a freeze), for one warning
+        per job at the end of the turn (:meth:`_flush_skips`)."""
         self.telemetry.abandoned(job.store_name, count)
-        self.log.warn(
-            "skipped %s%d slot(s) from this one on, past their horizon (the wall clock "
-            "stepped forward or the process was frozen)",
-            "at least " if at_least else "",
-            count,
-            job=job,
-            slot=slot,
-        )
+        first, total, more = self._skips.get(job.store_name, (slot, 0, False))
+        self._skips[job.store_name] = (min(first, slot), total + count, more or at_least)
+
+    def _flush_skips(self) -> None:
+        """One warning per job for the slots passed over in this turn."""
+        for name, (slot, count, at_least) in self._skips.items():
+            self.log.warn(
+                "skipped %s%d slot(s) from this one on, past their horizon (the wall clock "
+                "stepped forward or the process was frozen)",
+                "at least " if at_least else "",
+                count,
+                job=self.jobs[name],
+                slot=slot,
+            )
+        self._skips.clear()
 
     def _pending(self, job: Job, slot: int, jitter: int, now: int) -> PendingClaim | None:
         """The claim of a due slot, or ``None`` if it is already past its horizon."""

@@ -79,29 +79,36 @@ def test_a_slot_within_its_horizon_is_not_skipped() -> None:
     assert first_claimable(every, T0, T0 + 1000 + HORIZON_MARGIN_MS) is None
 
 
-def test_a_forward_step_resumes_at_the_first_claimable_slot_with_a_count() -> None:
+def test_a_forward_step_resumes_at_the_newest_due_slot_with_a_count() -> None:
     every = job("1s")
     hour = 3_600_000
     skip = first_claimable(every, T0, T0 + hour + 10)
     assert skip is not None
-    # The horizon of a slot every second is one second (plus the margin the store's
-    # clock decides within): the first slot still claimable is about two seconds back.
-    assert skip.slot + every.horizon_ms(skip.slot) + HORIZON_MARGIN_MS >= T0 + hour + 10
-    assert skip.slot - 1000 + every.horizon_ms(skip.slot) + HORIZON_MARGIN_MS < T0 + hour + 10
-    assert skip.count == (skip.slot - T0) // 1000
+    assert skip.slot == T0 + hour  # the newest slot due, within its 1 s horizon
+    assert skip.count == hour // 1000
     assert not skip.at_least
 
 
-def test_a_long_grace_keeps_the_slots_within_it_claimable() -> None:
-    graced = job("1s", misfire_grace_ms=60_000)
-    skip = first_claimable(graced, T0, T0 + 3_600_000)
+def test_past_its_horizon_the_newest_slot_gives_way_to_the_next() -> None:
+    graced = job("10s", misfire_grace_ms=200)
+    skip = first_claimable(graced, T0, T0 + 3_600_000 + 5_000)
     assert skip is not None
-    assert skip.slot == T0 + 3_600_000 - 60_000 - HORIZON_MARGIN_MS
+    assert skip.slot == T0 + 3_600_000 + 10_000  # 3_600_000 is 5 s late: past 200 ms
+    assert skip.count == 361
+
+
+def test_a_long_grace_resumes_at_the_newest_slot_not_the_backlog() -> None:
+    """Slots a long grace keeps claimable would skip each other (overlap) or run back
+    to back: a step of the clock resumes at the newest."""
+    graced = job("1s", misfire_grace_ms=60_000)
+    skip = first_claimable(graced, T0, T0 + 3_600_000 + 500)
+    assert skip is not None and skip.slot == T0 + 3_600_000
+    assert skip.count == 3600
 
 
 def test_a_cron_skip_counts_the_passed_slots() -> None:
     minutely = job("* * * * *", cron=True)
     skip = first_claimable(minutely, T0, T0 + 3 * 3_600_000)
     assert skip is not None
-    assert skip.count == (skip.slot - T0) // 60_000
-    assert skip.slot >= T0 + 3 * 3_600_000 - 60_000 - HORIZON_MARGIN_MS
+    assert skip.slot == T0 + 3 * 3_600_000  # the newest due, within its minute
+    assert skip.count == 180

@@ -338,3 +338,25 @@ def test_manage_py_check_reports_a_missing_import_path() -> None:
     result = manage("check", env={"ANARCHON_TEST_SETTINGS": '{"IMPORT_PATHS": ["nowhere.jobs"]}'})
     assert result.returncode == 1
     assert "anarchon.E010" in result.stderr and "nowhere.jobs" in result.stderr
+
+
+def test_a_missing_driver_is_an_error_before_a_run_fails_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """psycopg 3 without its pool: ``manage.py check`` names what is missing (E006)."""
+    import sys
+
+    from anarchon_django.backend import missing_driver
+    from anarchon_django.checks import _driver_messages
+
+    postgres = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "app"}}
+    for name in [m for m in sys.modules if m.startswith("anarchon_core.backends.postgres")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)  # import fails
+    problem = missing_driver("postgresql")
+    assert problem is not None and "psycopg_pool" in problem
+    assert "pip install 'anarchon[django,postgres]'" in problem
+    (message,) = _driver_messages("django://default", postgres)
+    assert message.id == "anarchon.E006" and "psycopg_pool" in message.msg
+    assert _driver_messages("django://default", {"default": {"ENGINE": "x.sqlite3"}}) == []
+    assert _driver_messages("redis://h/0", postgres) == []
