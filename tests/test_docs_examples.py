@@ -607,7 +607,10 @@ async def check_app():
         jobs = await client.get("/anarchon/api/jobs")
         assert "cache.refresh" in jobs.text, jobs.text
         await registered(client, module.scheduler.instance_id)  # trigger needs a live one
-        triggered = await client.post("/cache/refresh")
+        anonymous = await client.post("/cache/refresh")
+        assert anonymous.status_code == 401, anonymous.text  # an action needs a caller
+        operator = {"Authorization": "Bearer " + TOKEN}
+        triggered = await client.post("/cache/refresh", headers=operator)
         assert triggered.status_code == 200, triggered.text
         assert isinstance(triggered.json()["slot"], int), triggered.text
     assert not module.scheduler.running
@@ -673,7 +676,7 @@ print("fastapi blocks ok")
 def test_fastapi(project: Project) -> None:
     """Each app of the page starts and stops its scheduler through its lifespan."""
     blocks = load("fastapi.md")
-    project.env["ANARCHON_DASHBOARD_TOKEN"] = TOKEN
+    project.env["ANARCHON_DASHBOARD_TOKEN"] = project.env["OPS_TOKEN"] = TOKEN
     project.write_blocks(blocks)
     project.run_blocks(blocks)
     project.write("check_fastapi.py", f"TOKEN = {TOKEN!r}\n{CHECK_FASTAPI}")

@@ -229,6 +229,14 @@ def dashboard_file(name: str) -> tuple[bytes, str] | None:
     return (resources.files("anarchon_core.web") / "dashboard" / name).read_bytes(), content_type
 
 
+#: The 403 of an action on a read-only dashboard, and how each host enables actions.
+ACTIONS_OFF = (
+    "actions are not enabled on this dashboard: `anarchon dashboard --allow-actions` "
+    "(with a token), `router(allow_actions=True, dependencies=[...])` in FastAPI; the "
+    "Django admin allows them by permission (docs/security.md)"
+)
+
+
 class DashboardAPI:
     """Answers the API over its own backend; actions only when ``allow_actions``.
 
@@ -308,7 +316,7 @@ class DashboardAPI:
         if method != route.method and not (method == "HEAD" and route.method == "GET"):
             return Reply(405, {"error": f"method not allowed here: use {route.method}"})
         if route.action and not self.allow_actions:
-            return Reply(403, {"error": "actions are not enabled on this dashboard"})
+            return Reply(403, {"error": ACTIONS_OFF})
         handler: Handler = getattr(self, f"_{route.name}")
         return handler, found
 
