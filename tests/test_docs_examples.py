@@ -697,11 +697,13 @@ beat = anarchon_celery.Scheduler(app=proj.app)
 try:
     assert {"sync", "nightly"} <= set(beat.schedule), sorted(beat.schedule)
     info = beat.info
-    assert "redis://redis:6379/2" in info and "namespace 'proj'" in info, info
+    assert "redis://localhost:6379/2" in info and "namespace 'proj'" in info, info
     assert f"{len(beat.schedule)} entries" in info, info
 finally:
     beat.close()
 
+for entry in proj.app.conf.beat_schedule.values():  # every entry's task is defined
+    assert entry["task"] in proj.app.tasks, entry
 nightly = proj.app.conf.beat_schedule["nightly"]["schedule"]
 assert anarchon_celery.cron_expression(nightly) == "0 3 * * *"
 assert anarchon_celery.job_name("sync", "proj") == "sync"
