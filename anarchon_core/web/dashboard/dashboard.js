@@ -252,15 +252,17 @@
   }
 
   function statChips(st) {
+    // runs count slots; failed, interrupted and cancelled count attempts (a run retried
+    // twice is one run and up to three attempts); skipped and paused count slots.
     const chips = [h('span', { class: 'stat-runs' }, plural(st.runs || 0, 'run'))];
     const add = (n, text, cls) => { if (n) chips.push(h('span', { class: `chip ${cls}` }, text)); };
-    add(st.failures, `${st.failures} failed`, 'chip-failed');
+    add(st.failures, plural(st.failures, 'failed attempt'), 'chip-failed');
     add(st.takeovers, plural(st.takeovers, 'takeover'), 'chip-takeover');
     add(st.retries, `${st.retries} ${st.retries === 1 ? 'retry' : 'retries'}`, 'chip-retry');
-    add(st.interrupted, `${st.interrupted} interrupted`, 'chip-interrupted');
-    add(st.cancelled, `${st.cancelled} cancelled`, 'chip-cancelled');
-    add(st.skips, `${st.skips} skipped`, 'chip-skipped');
-    add(st.paused, `${st.paused} paused`, 'chip-paused');
+    add(st.interrupted, plural(st.interrupted, 'interrupted attempt'), 'chip-interrupted');
+    add(st.cancelled, plural(st.cancelled, 'cancelled attempt'), 'chip-cancelled');
+    add(st.skips, plural(st.skips, 'skipped slot'), 'chip-skipped');
+    add(st.paused, plural(st.paused, 'paused slot'), 'chip-paused');
     if (st.truncated) {
       chips.push(h('span', { class: 'chip', title: `Counted from the newest ${st.records} records only` }, 'partial'));
     }
@@ -284,7 +286,7 @@
       job.instances ? h('div', { class: 'muted small' }, plural(job.instances, 'instance')) : null);
     const nextCell = td('Next slots', next.length
       ? h('div', { class: 'next' }, timeEl(next[0].at, next[0].slot),
-        next.slice(1, 3).map((n) => h('span', { class: 'muted small' }, ' · ', timeEl(n.at, n.slot))))
+        next.slice(1, 5).map((n) => h('span', { class: 'muted small' }, ' · ', timeEl(n.at, n.slot))))
       : muted('—'));
     const lastCell = td('Last run', last
       ? h('div', { class: 'last' },
