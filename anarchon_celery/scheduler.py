@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import functools
 import hashlib
 import logging
@@ -120,6 +121,15 @@ def read_settings(app: Any) -> dict[str, Any]:
     """The ``anarchon_*`` settings by name, the store and namespace resolved.
 
     :raises ConfigurationError: listing every problem the core's reader found."""
+    values, problems = settings_and_problems(app)
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+    return values
+
+
+def settings_and_problems(app: Any) -> tuple[dict[str, Any], list[str]]:
+    """The ``anarchon_*`` settings by name (a default where a value is bad) and every
+    problem found, so that a start reports them all at once."""
     given = {
         str(key): value
         for key, value in app.conf.items()
@@ -140,9 +150,7 @@ def read_settings(app: Any) -> dict[str, Any]:
             "anarchon_namespace is not set and the Celery app has no main name: set "
             "anarchon_namespace (job names in the store are '{namespace}:{entry name}')"
         )
-    if problems:
-        raise ConfigurationError("; ".join(problems))
-    return values
+    return values, problems
 
 
 def app_zone(app: Any, allow_local_tz: bool) -> str:
@@ -207,6 +215,15 @@ def cron_expression(spec: Any) -> str:
 _relative_logged: set[str] = set()
 
 
+def _listed(problems: list[str]) -> str:
+    """Every configuration problem of a start, in one message."""
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} problems in the anarchon configuration:\n" + "\n".join(
+        f"  - {problem}" for problem in problems
+    )
+
+
 def plan_entry(
     entry: Any, extra: Mapping[str, Any], zone: Callable[[], str]
 ) -> tuple[Schedule, dict[str, Any]]:
@@ -216,8 +233,10 @@ def plan_entry(
     own = f"anarchon_entries[{name!r}]"
     unknown = sorted(set(extra) - set(ENTRY_KEYS))
     if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), ENTRY_KEYS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigurationError(
-            f"{own}: unknown key {unknown[0]!r}; accepted keys: " + ", ".join(ENTRY_KEYS)
+            f"{own}: unknown key {unknown[0]!r}; {hint}accepted keys: " + ", ".join(ENTRY_KEYS)
         )
     if kind not in (schedule, crontab):
         what = "solar schedules are"
@@ -342,16 +361,19 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     def setup_schedule(self) -> None:
         """Read the entries as beat does and map every one; refuse what cannot map."""
         super().setup_schedule()
-        settings = read_settings(self.app)
+        settings, problems = settings_and_problems(self.app)
         entries = settings["entries"]
-        unknown = sorted(set(entries) - set(self.schedule))
-        if unknown:
-            raise ConfigurationError(
-                f"anarchon_entries names {unknown[0]!r}, which is not a beat_schedule entry; "
-                f"entries: {', '.join(sorted(self.schedule)) or '(none)'}"
-            )
+        problems += [
+            f"anarchon_entries names {name!r}, which is not a beat_schedule entry; "
+            f"entries: {', '.join(sorted(self.schedule)) or '(none)'}"
+            for name in sorted(set(entries) - set(self.schedule))
+        ]
         given = {name: settings[name] for name in SCHEDULER_SETTINGS}
-        given["backend"] = backend_from_url(settings["backend"])
+        try:
+            given["backend"] = backend_from_url(settings["backend"])
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+            given["backend"] = "memory://"  # the entries are still checked
         if given["catch_up"] is None:  # the core's default, which claim-only stores ignore
             del given["catch_up"]
         core = CoreScheduler(**given)
@@ -359,13 +381,21 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         for name in sorted(self.schedule):
             try:
                 spec, options = plan_entry(self.schedule[name], entries.get(name, {}), zone)
-                job = job_name(name, settings["namespace"])
+                job = job_name(name, settings["namespace"] or self.app.main or "celery")
                 core.add_job(job, spec, self._handler(name), **options)
             except ConfigurationError as exc:
-                if str(exc).startswith("anarchon_entries"):
-                    raise
-                raise ConfigurationError(f"beat entry {name!r}: {exc}") from None
-        core.validate()  # lease-only options on a claim-only store: refuse now
+                text = str(exc)
+                problems.append(
+                    text if text.startswith("anarchon_entries") else f"beat entry {name!r}: {text}"
+                )
+        try:
+            core.validate()  # lease-only options on a claim-only store: refuse now
+        except ConfigurationError as exc:
+            if not problems:
+                raise  # alone: as it is (a CapabilityError)
+            problems.append(str(exc))
+        if problems:
+            raise ConfigurationError(_listed(problems))
         self._settings, self._core = settings, core
 
     def _handler(self, entry_name: str) -> Any:

@@ -302,3 +302,20 @@ def test_cron_expression_compresses_sets():
     assert anarchon_celery.cron_expression(crontab()) == "* * * * *"
     spec = crontab(minute="0,1,2,10", hour="*/6", day_of_month="1,15", month_of_year="*/3")
     assert anarchon_celery.cron_expression(spec) == "0-2,10 0,6,12,18 1,15 1,4,7,10 *"
+
+
+def test_every_configuration_problem_is_reported_at_once(make_scheduler):
+    """A settings typo, an unknown entry name and an unknown per-entry key: one start,
+    one message naming the three, each with its did-you-mean."""
+    with pytest.raises(ConfigurationError) as raised:
+        make_scheduler(
+            {"sync": entry(30), "bad": entry(_solar())},
+            anarchon_jiter_ms=5,
+            anarchon_entries={"nosuch": {}, "sync": {"jitter": 3}},
+        )
+    text = str(raised.value)
+    assert text.startswith("4 problems in the anarchon configuration:")
+    assert "did you mean 'anarchon_jitter_ms'" in text
+    assert "'nosuch', which is not a beat_schedule entry" in text
+    assert "unknown key 'jitter'; did you mean 'jitter_ms'" in text
+    assert "beat entry 'bad': solar schedules are not supported" in text
