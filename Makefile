@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-django test-django-sqlite test-django-postgres test-django-mysql lint typecheck bench bench-servers docs clean
+.PHONY: demo test test-django test-django-sqlite test-django-postgres test-django-mysql lint typecheck bench bench-servers docs docs-serve clean
 
 DEMO_STAMP := $(VENV)/.demo-installed
 
@@ -57,9 +57,14 @@ bench-servers: $(STAMP)
 	$(BIN)/python -m benchmarks servers
 
 # The documentation site, built strictly (as tests/test_docs_site.py does in `make test`)
-# into .venv/site: open .venv/site/index.html.
+# into .venv/site, for a web server to serve: its links are directory URLs and its search
+# loads an index, neither of which works from file://. `make docs-serve` serves it.
 docs: $(STAMP)
 	$(BIN)/python -m mkdocs build --strict --site-dir $(VENV)/site
+	@echo "built into $(VENV)/site; read it with 'make docs-serve' (opening its files does not work)"
+
+docs-serve: $(STAMP)
+	$(BIN)/python -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
