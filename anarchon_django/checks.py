@@ -31,7 +31,6 @@ from django.core import checks
 from anarchon_core.errors import ConfigurationError
 
 from . import _scheduler
-from .backend import missing_driver
 from .conf import Problem, alias_from_url
 
 __all__ = ["DISCOVERY_PROBLEMS", "TAG", "check_anarchon"]
@@ -85,6 +84,8 @@ def _driver_messages(url: str, databases: Any) -> list[checks.CheckMessage]:
     except (ConfigurationError, KeyError):  # E003/E004 say why
         return []
     vendor = {"postgresql": "postgresql", "mysql": "mysql"}.get(engine.rsplit(".", 1)[-1], "")
+    from .backend import missing_driver  # not at import: the app builds nothing then
+
     problem = missing_driver(vendor)
     if problem is None:
         return []

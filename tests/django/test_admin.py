@@ -101,7 +101,12 @@ async def seed(backend: DjangoBackend) -> dict[str, int]:
         "shop.report",
         recent,
         Status.FAILED,
-        error="ValueError: the report had no rows\nTraceback (most recent call last): …",
+        error=(  # a real traceback: the summary is its last line
+            "Traceback (most recent call last):\n"
+            '  File "shop/jobs.py", line 12, in report\n'
+            '    raise ValueError("the report had no rows")\n'
+            "ValueError: the report had no rows"
+        ),
         instance="web-2:7:def456",
     )
     await record(backend, "shop.sync", old)
@@ -144,7 +149,7 @@ def test_the_changelist_lists_every_attempt_newest_first(
     assert INSTANCE in listed[0]
     assert listed[1].startswith("shop.report") and "failed" in listed[1]
     assert "ValueError: the report had no rows" in listed[1]
-    assert "Traceback" not in listed[1]  # the first line only
+    assert "Traceback" not in listed[1]  # the summary: the exception alone
     assert "web-2:7:def456" in listed[1]
     assert listed[2].startswith("shop.sync")
     assert "3 history records" in html
