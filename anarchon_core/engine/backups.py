@@ -91,9 +91,15 @@ class Backups:
             job=job,
             slot=run.slot,
         )
-        if answer is None:
-            return
-        claim, latency = answer
+        if answer is not None:
+            self._settle(run, request, *answer, sent=sent)
+
+    def _settle(
+        self, run: DueRun, request: TakeoverRequest, claim: Claim, latency: float, *, sent: float
+    ) -> None:
+        """Act on a takeover's answer: start the attempt won, log why anything else ran
+        nothing."""
+        job, horizon = self.jobs[run.job], request.horizon_ms
         self.telemetry.takeover(run.job, claim.outcome)
         if claim.outcome == Outcome.WON:
             what = "running a manual request" if run.reason == "manual" else "took over the run"
