@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-django test-django-sqlite test-django-postgres test-django-mysql lint typecheck bench bench-servers docs clean
+.PHONY: demo prerequisites test test-django test-django-sqlite test-django-postgres test-django-mysql lint typecheck bench bench-servers docs clean
 
 DEMO_STAMP := $(VENV)/.demo-installed
 
@@ -18,7 +18,11 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e .
 	touch $(DEMO_STAMP)
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# The system packages beside Python (MariaDB client headers, Chromium): see the script.
+prerequisites:
+	@scripts/prerequisites.sh
+
+$(STAMP): pyproject.toml | $(BIN)/python prerequisites
 	@echo "installing anarchon with the dev extra into $(VENV) (about 100 packages, a minute or two)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]'
@@ -27,7 +31,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(DEMO_STAMP)
 	$(BIN)/anarchon demo
 
-test: $(STAMP)
+test: prerequisites $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
