@@ -33,7 +33,7 @@ candidates=()
 if on_path=$(command -v python3.13); then
     candidates+=("$on_path")
 fi
-pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
+pyenv_root=${PYENV_ROOT:-${HOME:-/root}/.pyenv}
 while IFS= read -r version; do
     candidates+=("$version/bin/python3.13")
 done < <(ls -d "$pyenv_root"/versions/3.13.* 2>/dev/null | sort -rV)
@@ -68,13 +68,19 @@ apt-get "${apt_own[@]}" update -qq >&2
 orig=$(ls "$src"/python3.13_*.orig.tar.* | head -n1)
 mkdir "$src/build"
 tar -xf "$orig" -C "$src/build" --strip-components=1
-(
+log=$CACHE/python3.13-build.log
+echo "python3.13: building $(basename "$orig") (the log: $log)" >&2
+if ! (
     cd "$src/build"
-    ./configure --prefix="$PREFIX" --disable-test-modules --with-ensurepip=install >&2
-    make -j"$(nproc)" >&2
+    ./configure --prefix="$PREFIX" --disable-test-modules --with-ensurepip=install
+    make -j"$(nproc)"
     rm -rf "$PREFIX"
-    make install >&2
-)
+    make install
+) >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    echo "python3.13: the build failed; the whole log is $log" >&2
+    exit 1
+fi
 rm -rf "$src"
 works "$PREFIX/bin/python3.13" && found "$PREFIX/bin/python3.13"
 echo "python3.13: the build in $PREFIX does not work" >&2
