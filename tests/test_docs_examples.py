@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
+import django
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -552,6 +553,11 @@ def test_django(project: Project) -> None:
         project.write(f"{app}/__init__.py", "")
     project.write("orders/models.py", ORDERS_MODELS)
     project.write_blocks(blocks)
+    if django.VERSION < (6, 0):  # the page's comment: the django_tasks backport on 5.2
+        tasks = project.root / "reports" / "tasks.py"
+        text = tasks.read_text()
+        assert "from django.tasks import task" in text, text
+        tasks.write_text(text.replace("from django.tasks import", "from django_tasks import"))
     project.write("myproject/settings.py", SETTINGS_EPILOGUE, append=True)
     project.python("manage.py", "makemigrations", "orders", "reports", what="makemigrations")
 

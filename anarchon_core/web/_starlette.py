@@ -1,8 +1,10 @@
 """The standalone dashboard: an ASGI app (Starlette) over a backend URL.
 
 ``anarchon dashboard`` serves it with uvicorn; it needs the ``[web]`` extra. The app
-opens the store at the first request and closes it on shutdown, answers the JSON API through
-:class:`~anarchon_core.web.endpoints.DashboardAPI`, and serves the page at its root.
+opens the store at the first request and closes it in its lifespan (a host that mounts it
+enters ``app.router.lifespan_context(app)`` in its own: a mounted app gets no lifespan
+events), answers the JSON API through :class:`~anarchon_core.web.endpoints.DashboardAPI`, and
+serves the page at its root.
 
 Every request must name an allowed host in its ``Host`` header (``400`` otherwise), so a
 hostile page cannot reach a loopback dashboard through a DNS name rebound to

@@ -466,21 +466,23 @@ class Proxy:
         """Drop every connection, refuse connections for ``down_s``, then accept again."""
         assert self.server is not None
         self.server.close()
-        await self.server.wait_closed()
         for writer in list(self.pipes):
             writer.transport.abort()
+        # From Python 3.12.1 on, wait_closed() also waits for the server's connections.
+        await self.server.wait_closed()
         await asyncio.sleep(down_s)
         await self.start()
 
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
-            await self.server.wait_closed()
         for writer in list(self.pipes):
             writer.transport.abort()
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.server is not None:
+            await self.server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,9 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
+from anarchon_core.backends import backend_from_url
 from anarchon_core.cli import main
-from anarchon_core.errors import ConfigurationError
+from anarchon_core.errors import BackendError, ConfigurationError
 from anarchon_core.web import create_app
 
 TOKEN = "s3cret-t0ken"
@@ -31,7 +35,16 @@ def client(app: Any, host: str = "localhost:8765") -> TestClient:
 
 
 def test_the_page_and_api_work_under_any_prefix(store: str) -> None:
-    app = Starlette(routes=[Mount("/ops/anarchon", create_app(store))])
+    backend = backend_from_url(store)
+    dashboard = create_app(backend)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # A mounted app gets no lifespan events: the host enters the dashboard's own.
+        async with dashboard.router.lifespan_context(dashboard):
+            yield
+
+    app = Starlette(routes=[Mount("/ops/anarchon", dashboard)], lifespan=lifespan)
     with client(app) as c:
         moved = c.get("/ops/anarchon", follow_redirects=False)
         assert moved.status_code in (307, 308) and moved.headers["location"].endswith(
@@ -50,6 +63,8 @@ def test_the_page_and_api_work_under_any_prefix(store: str) -> None:
         assert health["status"] == "ok" and health["backend"].startswith("sqlite:///")
         refused = c.post("/ops/anarchon/api/jobs/sync/pause", json={})
         assert refused.status_code == 403
+    with pytest.raises(BackendError, match="not open"):  # the host's shutdown closed it
+        asyncio.run(backend.paused_jobs())
 
 
 def test_a_token_guards_the_api_but_not_the_page(store: str) -> None:

@@ -111,6 +111,7 @@ def test_bad_store_url_is_a_usage_error() -> None:
     assert "ftp" in str(raised.value)
 
 
+@pytest.mark.django_db  # Django >= 6.1 runs its model checks against the database
 def test_run_refuses_on_failing_checks() -> None:
     with override_settings(ANARCHON={"HEARTBEAT": 5}), pytest.raises(SystemCheckError) as raised:
         anarchon("run")

@@ -1,21 +1,25 @@
 """The ``django.tasks`` bridge: ``every()``/``cron()`` with ``task=`` enqueue once per slot.
 
-On Django 5.2 the tasks framework is the ``django_tasks`` backport. Enqueues are
-counted through its ``task_enqueued`` signal: backends are per thread, and every run
-of a sync handler has a worker thread of its own.
+Every test of a task runs once per tasks framework installed: Django 6's own
+``django.tasks`` and the ``django_tasks`` backport (the only one on Django 5.2), each
+with the same tasks in a module of its own (``bridge_tasks_django``,
+``bridge_tasks_backport``). Enqueues are counted through the framework's
+``task_enqueued`` signal: backends are per thread, and every run of a sync handler has a
+worker thread of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import pytest
-from django_tasks import task
-from django_tasks.signals import task_enqueued
 
 from anarchon_core.context import RunContext
 from anarchon_core.records import Origin
@@ -24,67 +28,68 @@ from anarchon_core.testing import run_once
 from anarchon_django import tasks as bridge
 from anarchon_django._scheduler import DjangoScheduler, JobDefinitionError
 
-DUMMY = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-IMMEDIATE = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
-
-#: What the immediate backend ran: the keyword arguments of each call.
-ran: list[dict[str, Any]] = []
-
-
-@task
-def send_report(*, anarchon_slot: int) -> None:
-    ran.append({"anarchon_slot": anarchon_slot})
-
-
-@task
-def send_detailed(
-    kind: str, *, anarchon_slot: int, anarchon_job: str, anarchon_attempt: int, lang: str = "en"
-) -> str:
-    ran.append(
-        {
-            "kind": kind,
-            "lang": lang,
-            "anarchon_slot": anarchon_slot,
-            "anarchon_job": anarchon_job,
-            "anarchon_attempt": anarchon_attempt,
-        }
-    )
-    return f"{kind}@{anarchon_slot}"
-
-
-@task
-def takes_anything(**kwargs: Any) -> None:
-    ran.append(kwargs)
-
-
-@task
-def no_slot() -> None: ...
-
 
 def plain_function(*, anarchon_slot: int) -> None: ...
 
 
+@dataclass(frozen=True)
+class Framework:
+    """One tasks framework: its module of tasks (``bridge_tasks_*``) and its signal."""
+
+    name: str
+    tasks: ModuleType
+    task_enqueued: Any
+
+    def backend(self, kind: str) -> dict[str, Any]:
+        """The ``TASKS`` setting for its ``dummy`` or ``immediate`` backend."""
+        return {"default": {"BACKEND": f"{self.name}.backends.{kind}.{kind.title()}Backend"}}
+
+
+def _framework(tasks_module: str) -> Framework | None:
+    try:
+        tasks = importlib.import_module(tasks_module)
+    except ImportError:  # django.tasks before Django 6.0, or no backport installed
+        return None
+    signals = importlib.import_module(f"{tasks.FRAMEWORK}.signals")
+    return Framework(tasks.FRAMEWORK, tasks, signals.task_enqueued)
+
+
+FRAMEWORKS = [
+    f for f in map(_framework, ("bridge_tasks_django", "bridge_tasks_backport")) if f is not None
+]
+
+
+@pytest.fixture(params=FRAMEWORKS, ids=[f.name for f in FRAMEWORKS])
+def framework(request: pytest.FixtureRequest) -> Framework:
+    result: Framework = request.param
+    return result
+
+
 @pytest.fixture
-def enqueued() -> Iterator[list[Any]]:
-    """Every ``TaskResult`` enqueued during the test, from any thread."""
+def enqueued(framework: Framework) -> Iterator[list[Any]]:
+    """Every ``TaskResult`` the framework enqueued during the test, from any thread."""
     results: list[Any] = []
 
     def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
         results.append(task_result)
 
-    task_enqueued.connect(receiver, weak=False)
-    ran.clear()
+    framework.task_enqueued.connect(receiver, weak=False)
+    framework.tasks.ran.clear()
     yield results
-    task_enqueued.disconnect(receiver)
-    ran.clear()
+    framework.task_enqueued.disconnect(receiver)
+    framework.tasks.ran.clear()
 
 
-def test_the_resolved_module_is_the_backport_on_django_5() -> None:
+def test_the_resolved_module_is_django_tasks_on_django_6_else_the_backport() -> None:
     import django
 
     expected = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
     assert bridge.tasks_module().__name__ == expected
-    assert type(send_report) in bridge.task_classes()
+    assert [f.name for f in FRAMEWORKS][:1] == [expected]
+
+
+def test_a_task_of_any_installed_framework_is_accepted(framework: Framework) -> None:
+    assert type(framework.tasks.send_report) in bridge.task_classes()
 
 
 def test_neither_tasks_module_installed_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,7 +99,7 @@ def test_neither_tasks_module_installed_is_a_clear_error(monkeypatch: pytest.Mon
     bridge.task_classes.cache_clear()
     try:
         with pytest.raises(Exception, match="pip install django-tasks") as info:
-            DjangoScheduler("memory://").every("r", "1m", task=send_report)
+            DjangoScheduler("memory://").every("r", "1m", task=FRAMEWORKS[0].tasks.send_report)
         assert "django.tasks" in str(info.value) and "django_tasks" in str(info.value)
         assert isinstance(info.value, JobDefinitionError)
     finally:
@@ -105,14 +110,15 @@ def test_neither_tasks_module_installed_is_a_clear_error(monkeypatch: pytest.Mon
 
 @pytest.mark.django_db(transaction=True)
 def test_two_instances_enqueue_the_task_once_per_slot_with_that_slot(
-    settings: Any, enqueued: list[Any]
+    settings: Any, framework: Framework, enqueued: list[Any]
 ) -> None:
-    settings.TASKS = DUMMY
+    settings.TASKS = framework.backend("dummy")
     instances = [
         DjangoScheduler("django://default", instance_id=f"i{n}", jitter_ms=0, heartbeat_ms=100)
         for n in range(2)
     ]
-    jobs = [s.every("reports.often", "200ms", task=send_report) for s in instances]
+    task = framework.tasks.send_report
+    jobs = [s.every("reports.often", "200ms", task=task) for s in instances]
     assert jobs[0].name == "reports.often"
     assert instances[0].origins["reports.often"] == __name__  # where the job is defined
 
@@ -135,28 +141,28 @@ def test_two_instances_enqueue_the_task_once_per_slot_with_that_slot(
     assert sorted(slots) == sorted(r.slot for r in runs)  # …and one per run, its slot
     assert all(s % 200 == 0 for s in slots)
     assert all(r.args == [] and set(r.kwargs) == {"anarchon_slot"} for r in enqueued)
-    assert all(r.task.func is send_report.func for r in enqueued)
+    assert all(r.task.func is framework.tasks.send_report.func for r in enqueued)
     ids = {r.kwargs["anarchon_slot"]: r.id for r in enqueued}
     for run in runs:  # the history shows which task result each slot enqueued
         assert run.meta["task_id"] == ids[run.slot]
-        assert run.meta["task"] == f"{__name__}.send_report"
+        assert run.meta["task"] == f"{framework.tasks.__name__}.send_report"
 
 
 def test_the_task_gets_the_slot_job_attempt_and_its_arguments(
-    settings: Any, enqueued: list[Any]
+    settings: Any, framework: Framework, enqueued: list[Any]
 ) -> None:
-    settings.TASKS = IMMEDIATE
+    settings.TASKS = framework.backend("immediate")
     scheduler = DjangoScheduler("memory://", jitter_ms=0)
     scheduler.cron(
         "reports.daily",
         "0 7 * * *",
-        task=send_detailed,
+        task=framework.tasks.send_detailed,
         task_args=["sales"],
         task_kwargs={"lang": "el"},
     )
     slot = 1_767_250_800_000  # 2026-01-01 07:00 UTC
     first = run_once(scheduler, "reports.daily", slot=slot)
-    assert ran == [
+    assert framework.tasks.ran == [
         {
             "kind": "sales",
             "lang": "el",
@@ -171,14 +177,16 @@ def test_the_task_gets_the_slot_job_attempt_and_its_arguments(
 
     # a takeover re-runs the slot: the task is enqueued again with the same slot
     run_once(scheduler, "reports.daily", slot=slot, attempt=2)
-    assert [c["anarchon_slot"] for c in ran] == [slot, slot]
-    assert [c["anarchon_attempt"] for c in ran] == [1, 2]
+    assert [c["anarchon_slot"] for c in framework.tasks.ran] == [slot, slot]
+    assert [c["anarchon_attempt"] for c in framework.tasks.ran] == [1, 2]
 
 
-def test_a_task_taking_kwargs_gets_all_three(settings: Any, enqueued: list[Any]) -> None:
-    settings.TASKS = DUMMY
+def test_a_task_taking_kwargs_gets_all_three(
+    settings: Any, framework: Framework, enqueued: list[Any]
+) -> None:
+    settings.TASKS = framework.backend("dummy")
     scheduler = DjangoScheduler("memory://", jitter_ms=0)
-    scheduler.every("any", "1m", task=takes_anything)
+    scheduler.every("any", "1m", task=framework.tasks.takes_anything)
     run_once(scheduler, "any", slot=60_000, attempt=3)
     assert enqueued[0].kwargs == {
         "anarchon_slot": 60_000,
@@ -187,10 +195,12 @@ def test_a_task_taking_kwargs_gets_all_three(settings: Any, enqueued: list[Any])
     }
 
 
-def test_a_cancelled_run_enqueues_nothing(settings: Any, enqueued: list[Any]) -> None:
-    settings.TASKS = DUMMY
+def test_a_cancelled_run_enqueues_nothing(
+    settings: Any, framework: Framework, enqueued: list[Any]
+) -> None:
+    settings.TASKS = framework.backend("dummy")
     scheduler = DjangoScheduler("memory://", jitter_ms=0)
-    job = scheduler.every("r", "1m", task=send_report)
+    job = scheduler.every("r", "1m", task=framework.tasks.send_report)
 
     async def main() -> None:
         ctx = RunContext(
@@ -221,10 +231,10 @@ def test_the_decorator_form_is_unchanged() -> None:
     assert run_once(scheduler, "plain").value == "ran"
 
 
-def test_add_job_takes_a_task_too(settings: Any, enqueued: list[Any]) -> None:
-    settings.TASKS = DUMMY
+def test_add_job_takes_a_task_too(settings: Any, framework: Framework, enqueued: list[Any]) -> None:
+    settings.TASKS = framework.backend("dummy")
     scheduler = DjangoScheduler("memory://", jitter_ms=0)
-    scheduler.add_job("added", Every("1m"), task=send_report)
+    scheduler.add_job("added", Every("1m"), task=framework.tasks.send_report)
     assert scheduler.origins["added"] == __name__
     run_once(scheduler, "added", slot=120_000)
     assert [r.kwargs for r in enqueued] == [{"anarchon_slot": 120_000}]
@@ -235,19 +245,24 @@ def test_add_job_takes_a_task_too(settings: Any, enqueued: list[Any]) -> None:
     [
         ({"task": plain_function}, "plain callable, not a task: decorate it with @task"),
         ({"task": 42}, "task=42 is not a task"),
-        ({"task": send_report, "handler": lambda ctx: None}, "not both"),
-        ({"task": no_slot}, "must accept the keyword argument 'anarchon_slot'"),
+        ({"task": "send_report", "handler": lambda ctx: None}, "not both"),
+        ({"task": "no_slot"}, "must accept the keyword argument 'anarchon_slot'"),
         ({"task_kwargs": {"x": 1}}, "need task="),
-        ({"task": send_report, "task_kwargs": {"anarchon_slot": 1}}, "may not set anarchon_slot"),
-        ({"task": send_detailed, "task_args": [object()]}, "not JSON-serialisable"),
-        ({"task": send_detailed, "task_args": "sales"}, "task_args='sales' is not a list"),
-        ({"task": send_detailed}, "cannot be called with task_args=\\[\\]"),
-        ({"task": send_report, "task_kwargs": {"lang": "el"}}, "cannot be called"),
+        ({"task": "send_report", "task_kwargs": {"anarchon_slot": 1}}, "may not set anarchon_slot"),
+        ({"task": "send_detailed", "task_args": [object()]}, "not JSON-serialisable"),
+        ({"task": "send_detailed", "task_args": "sales"}, "task_args='sales' is not a list"),
+        ({"task": "send_detailed"}, "cannot be called with task_args=\\[\\]"),
+        ({"task": "send_report", "task_kwargs": {"lang": "el"}}, "cannot be called"),
     ],
 )
-def test_bad_task_definitions_fail_at_the_definition(kwargs: dict[str, Any], message: str) -> None:
+def test_bad_task_definitions_fail_at_the_definition(
+    framework: Framework, kwargs: dict[str, Any], message: str
+) -> None:
     scheduler = DjangoScheduler("memory://", jitter_ms=0)
+    kwargs = dict(kwargs)
     handler = kwargs.pop("handler", None)
+    if isinstance(kwargs.get("task"), str):  # a task of this module, by its name
+        kwargs["task"] = getattr(framework.tasks, kwargs["task"])
     for define in (
         lambda: scheduler.every("bad.every", "1m", handler, **kwargs),
         lambda: scheduler.cron("bad.cron", "0 7 * * *", handler, **kwargs),

@@ -7,6 +7,10 @@ database. ``postgres`` uses the local server (``ANARCHON_TEST_POSTGRES_HOST`` â€
 ``_USER``, ``_PASSWORD``), whose test database has a case-insensitive default collation,
 as most MySQL databases have: the store's key columns must compare exactly regardless.
 
+The tests run on a test database of their own; ``NAME`` is a database that exists (the
+server's ``test``, one SQLite file for every run), as ``manage.py check`` connects to it
+from Django 6.1 on: its model checks run against every database.
+
 The process tests start ``manage.py anarchon run`` children on the test database:
 ``ANARCHON_TEST_DJANGO_NAME`` replaces the database NAME (the parent's test database),
 ``ANARCHON_TEST_BACKEND`` the store URL, ``ANARCHON_TEST_SETTINGS`` (JSON) is merged into
@@ -40,7 +44,7 @@ elif ENGINE == "mysql":
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.mysql",
-            "NAME": os.environ.get("ANARCHON_TEST_MYSQL_DB", "anarchon_test"),
+            "NAME": os.environ.get("ANARCHON_TEST_MYSQL_DB", "test"),
             "USER": os.environ.get("ANARCHON_TEST_MYSQL_USER", "root"),
             "PASSWORD": os.environ.get("ANARCHON_TEST_MYSQL_PASSWORD", ""),
             "HOST": os.environ.get("ANARCHON_TEST_MYSQL_HOST", "127.0.0.1"),
@@ -57,7 +61,7 @@ elif ENGINE == "sqlite":
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(_DATA / f"anarchon-django-{os.getpid()}.sqlite3"),
+            "NAME": str(_DATA / "anarchon-django.sqlite3"),
             "TEST": {"NAME": str(_DATA / f"anarchon-django-test-{os.getpid()}.sqlite3")},
         }
     }

@@ -1,0 +1,46 @@
+"""The tasks of ``test_tasks_bridge`` on Django 6's own ``django.tasks``
+(``bridge_tasks_backport`` has the same on the ``django_tasks`` backport).
+
+Django's backends import a task back by its path, so each task is the attribute of its
+module by its function's name, as in a project's ``tasks.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.tasks import task
+
+FRAMEWORK = "django.tasks"
+#: What the immediate backend ran: the keyword arguments of each call.
+ran: list[dict[str, Any]] = []
+
+
+@task
+def send_report(*, anarchon_slot: int) -> None:
+    ran.append({"anarchon_slot": anarchon_slot})
+
+
+@task
+def send_detailed(
+    kind: str, *, anarchon_slot: int, anarchon_job: str, anarchon_attempt: int, lang: str = "en"
+) -> str:
+    ran.append(
+        {
+            "kind": kind,
+            "lang": lang,
+            "anarchon_slot": anarchon_slot,
+            "anarchon_job": anarchon_job,
+            "anarchon_attempt": anarchon_attempt,
+        }
+    )
+    return f"{kind}@{anarchon_slot}"
+
+
+@task
+def takes_anything(**kwargs: Any) -> None:
+    ran.append(kwargs)
+
+
+@task
+def no_slot() -> None: ...
