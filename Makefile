@@ -81,7 +81,7 @@ test-py313-quick: $(PY313_STAMP)
 	$(PY313_TEST) -n 2 --dist loadfile tests/core tests/test_packaging.py
 	$(DJANGO_TEST) ANARCHON_TEST_DJANGO_DB=sqlite $(PY313_TEST) -m "not slow" tests/django
 
-# Every lane, one after the other (about half an hour on 2 cores).
+# Every lane, one after the other (about 40 minutes on 2 cores: docs/development.md).
 test-matrix:
 	$(MAKE) test
 	$(MAKE) test-py313
