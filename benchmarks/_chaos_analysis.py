@@ -27,6 +27,11 @@ process was killed or exited.
   behind a paused link, or had a clock lagging by more than the horizon, for the whole
   of its claim window (from the slot by its own clock to the slot's horizon); and of
   those, apart, the slots some instance could have claimed but for its clock lag.
+
+Each service is judged on its own jobs with its own instances: an instance of the
+other service (another namespace) never holds a main job, so it never counts as one
+that could have claimed it. The main service's figures are the benchmark's; the other
+service's are reported beside them.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Any
 
 from anarchon_core.records import RunRecord, Status, iso_utc
 
-from ._chaos_jobs import JOBS, POLL_S, JobSpec
+from ._chaos_jobs import MAIN, OTHER, POLL_S, JobSpec, Service
 from ._chaos_run import Instance, RunLog, Span
 
 __all__ = ["Counts", "Finding", "StoreResult", "analyse"]
@@ -77,12 +82,21 @@ class Finding:
 
 
 @dataclass
-class StoreResult:
-    run: RunLog
+class ServiceResult:
+    service: Service
     total: Counts
     per_job: dict[str, Counts]
     findings: list[Finding]
+
+
+@dataclass
+class StoreResult:
+    run: RunLog
+    total: Counts  # the main service's
+    per_job: dict[str, Counts]
+    findings: list[Finding]
     slack_ms: int
+    other: ServiceResult | None = None  # the other service's, if it ran
 
 
 @dataclass
@@ -108,28 +122,39 @@ class Execution:
 
 
 def analyse(run: RunLog, slack_ms: int) -> StoreResult:
-    executions = _executions(run.events, run.instances)
+    main = judge(run, MAIN, slack_ms)
+    other = None
+    if any(inst.service == OTHER.name for inst in run.instances.values()):
+        other = judge(run, OTHER, slack_ms)
+    return StoreResult(run, main.total, main.per_job, main.findings, slack_ms, other)
+
+
+def judge(run: RunLog, service: Service, slack_ms: int) -> ServiceResult:
+    """The slots of ``service``'s jobs against what its instances ran."""
+    instances = {i: inst for i, inst in run.instances.items() if inst.service == service.name}
+    executions = _executions(run.events, instances)
     by_run: dict[tuple[str, int], list[Execution]] = defaultdict(list)
     for ex in executions:
         by_run[(ex.job, ex.slot)].append(ex)
+    specs = {spec.name: spec for spec in service.jobs}
+    by_store_name = {service.store_name(spec.name): spec.name for spec in service.jobs}
     records: dict[tuple[str, int], list[RunRecord]] = defaultdict(list)
     for record in run.history:
-        records[(record.job, record.slot)].append(record)
-    specs = {spec.name: spec for spec in JOBS}
-    per_job = {spec.name: Counts() for spec in JOBS}
+        if record.job in by_store_name:
+            records[(by_store_name[record.job], record.slot)].append(record)
+    per_job = {spec.name: Counts() for spec in service.jobs}
     findings: list[Finding] = []
-    checker = _Checker(run, slack_ms)
+    checker = _Checker(run, instances, service, slack_ms)
     for key, runs in sorted(by_run.items()):
         spec = specs.get(key[0])
         if spec is not None:
             findings += checker.overlaps(spec, runs, per_job[spec.name])
             findings += checker.late_starts(spec, runs, per_job[spec.name])
             findings += checker.past_fence(spec, runs, per_job[spec.name])
-    for record in run.history:
-        if record.attempt >= 2 and record.job in per_job:
-            per_job[record.job].takeovers += 1
+    for (job, _), held in records.items():
+        per_job[job].takeovers += sum(1 for record in held if record.attempt >= 2)
     begin_ms, end_ms = int(run.began * 1000), int(run.ended * 1000)
-    for spec in JOBS:
+    for spec in service.jobs:
         counts = per_job[spec.name]
         for slot in spec.schedule.slots_between(begin_ms, end_ms):
             if slot + spec.horizon_ms(slot) > end_ms:
@@ -153,7 +178,7 @@ def analyse(run: RunLog, slack_ms: int) -> StoreResult:
     total = Counts()
     for counts in per_job.values():
         total.add(counts)
-    return StoreResult(run, total, per_job, findings, slack_ms)
+    return ServiceResult(service, total, per_job, findings)
 
 
 def _executions(
@@ -188,10 +213,13 @@ def _executions(
 
 
 class _Checker:
-    def __init__(self, run: RunLog, slack_ms: int) -> None:
+    def __init__(
+        self, run: RunLog, instances: dict[str, Instance], service: Service, slack_ms: int
+    ) -> None:
         self.run = run
         self.slack = slack_ms / 1000
-        self.instances = run.instances
+        self.instances = instances  # the service's own
+        self.service = service
         self.claimed = {
             (r.job, r.slot, r.attempt, r.instance_id): r.claimed_at for r in run.history
         }
@@ -294,7 +322,8 @@ class _Checker:
         window = (opts.lease_ms - opts.heartbeat_ms) / 1000
         found = []
         for ex in runs:
-            claimed = self.claimed.get((ex.job, ex.slot, ex.attempt, ex.instance))
+            key = (self.service.store_name(ex.job), ex.slot, ex.attempt, ex.instance)
+            claimed = self.claimed.get(key)
             if claimed is None or ex.start <= claimed / 1000 + window + self.slack:
                 continue
             if self.frozen_between(ex.instance, claimed / 1000, ex.start):
