@@ -26,7 +26,11 @@ process was killed or exited.
   (*cut off*) when no instance could have claimed it: every instance was dead, stopped,
   behind a paused link, or had a clock lagging by more than the horizon, for the whole
   of its claim window (from the slot by its own clock to the slot's horizon); and of
-  those, apart, the slots some instance could have claimed but for its clock lag.
+  those, apart, the slots some instance could have claimed but for its clock lag. The
+  other misses are counted apart (*link faults*) when every instance that could claim
+  had its link hit in its claim window: a reply cut or reset from a second before the
+  window to its end, or delayed across part of it. Each such miss is printed with what
+  every instance went through in its window.
 
 Each service is judged on its own jobs with its own instances: an instance of the
 other service (another namespace) never holds a main job, so it never counts as one
@@ -64,6 +68,7 @@ class Counts:
     missed: int = 0
     missed_cut_off: int = 0
     cut_off_by_lag: int = 0  # of those, claimable by some instance but for its clock lag
+    missed_link_faults: int = 0  # not cut off, but every claimable instance's link faulted
     missed_claimed: int = 0  # missed, but the store holds a record: won, never started
     skipped: int = 0  # skipped or paused records of due slots
     ran_again: int = 0  # due runs with more than one execution (overlapping or not)
@@ -79,6 +84,7 @@ class Finding:
     kind: str  # duplicate, fenced-ignoring, frozen, late, late-frozen, past-fence, missed
     text: str
     log_lines: list[str] = field(default_factory=list)
+    job: str = ""
 
 
 @dataclass
@@ -171,7 +177,11 @@ def judge(run: RunLog, service: Service, slack_ms: int) -> ServiceResult:
                 counts.missed += 1
                 counts.missed_claimed += bool(statuses)
                 if checker.anyone_could_claim(spec, slot):
-                    findings.append(checker.missed(spec, slot, records.get((spec.name, slot))))
+                    finding, link_faults = checker.missed(
+                        spec, slot, records.get((spec.name, slot))
+                    )
+                    counts.missed_link_faults += link_faults
+                    findings.append(finding)
                 else:
                     counts.missed_cut_off += 1
                     counts.cut_off_by_lag += checker.anyone_could_claim(spec, slot, lag=False)
@@ -302,17 +312,84 @@ class _Checker:
                 found.append(Finding("late", text, lines))
         return found
 
-    def missed(self, spec: JobSpec, slot: int, records: list[RunRecord] | None) -> Finding:
+    def missed(
+        self, spec: JobSpec, slot: int, records: list[RunRecord] | None
+    ) -> tuple[Finding, bool]:
+        """The finding of a miss some instance could have claimed, and whether every
+        such instance's link faulted in its claim window."""
         held = ", ".join(
             f"attempt {r.attempt} {r.status} on {r.instance_id}"
             + ("" if r.claimed_at is None else f" claimed {r.claimed_at - slot:+d} ms")
             for r in records or []
         )
-        return Finding(
-            "missed",
-            f"{spec.name} slot {slot} ({iso_utc(slot)}): no start; "
-            + (f"store records: {held}" if held else "no store record"),
+        windows = self.claim_windows(spec, slot)
+        faulted = [self.link_faults(inst, start, end) for inst, start, end in windows]
+        states = "; ".join(
+            self.describe_window(inst, start, end, slot, faults)
+            for (inst, start, end), faults in zip(windows, faulted, strict=True)
         )
+        every_link = bool(windows) and all(faulted)
+        text = (
+            f"{spec.name} slot {slot} ({iso_utc(slot)}): no start; "
+            + (f"store records: {held}" if held else "no store record")
+            + f"; could claim: {states}"
+            + ("; every such link faulted" if every_link else "")
+        )
+        return Finding("missed", text, job=spec.name), every_link
+
+    def claim_windows(self, spec: JobSpec, slot: int) -> list[tuple[Instance, float, float]]:
+        """The instances up, running and connected for part of their claim window, with
+        that window (true time, seconds)."""
+        horizon_end = (slot + spec.horizon_ms(slot)) / 1000
+        found = []
+        for inst in self.instances.values():
+            if inst.ready is None or inst.gone is None:
+                continue
+            start = max((slot - inst.offset_ms) / 1000, inst.ready)
+            end = min(horizon_end, inst.gone)
+            blocked = [*inst.freezes, *self.run.pauses.get(inst.worker, [])]
+            if start < end and not _covered(start, end, blocked):
+                found.append((inst, start, end))
+        return found
+
+    def link_faults(
+        self, inst: Instance, start: float, end: float
+    ) -> list[tuple[float, str, float]]:
+        """The faults of ``inst``'s link that touch its claim window ``[start, end]``: a
+        cut or reset from a second before it (the reconnect) to its end, a delay or a
+        pause that overlaps it."""
+        found = []
+        for t, kind, seconds in self.run.link_log.get(inst.worker, []):
+            if kind in ("cut", "reset"):
+                if start - 1.0 <= t <= end:
+                    found.append((t, kind, seconds))
+            elif t <= end and t + seconds >= start:
+                found.append((t, kind, seconds))
+        return found
+
+    def describe_window(
+        self,
+        inst: Instance,
+        start: float,
+        end: float,
+        slot: int,
+        faults: list[tuple[float, str, float]],
+    ) -> str:
+        """``inst`` in its claim window: its clock, freezes, pauses and link faults, in
+        ms from the slot."""
+
+        def ms(t: float) -> str:
+            return f"{t * 1000 - slot:+.0f}"
+
+        parts = [f"{inst.instance_id} (clock {inst.offset_ms:+d} ms) {ms(start)}..{ms(end)}"]
+        for a, b in inst.freezes:
+            if a <= end and b >= start:
+                parts.append(f"frozen {ms(a)}..{ms(b)}")
+        for t, kind, seconds in faults:
+            parts.append(f"{kind} {ms(t)}" + (f" for {seconds * 1000:.0f} ms" if seconds else ""))
+        if not faults and self.run.store.target is not None:
+            parts.append("no link fault")
+        return " ".join(parts)
 
     def past_fence(self, spec: JobSpec, runs: list[Execution], counts: Counts) -> list[Finding]:
         """Starts later than ``lease_ms - heartbeat_ms`` after the store recorded the claim

@@ -93,6 +93,8 @@ class RunLog:
     actions: dict[str, int]
     faults: FaultCounts  # the main service's links
     other_faults: FaultCounts  # the other service's links
+    link_log: dict[int, list[tuple[float, str, float]]]  # per worker slot: its link's faults
+    chaos_log: list[dict[str, Any]]  # every chaos action: time, kind, worker, instance, span
     events: list[dict[str, Any]]
     history: list[RunRecord]
     logs: Path
@@ -114,6 +116,7 @@ class ChaosRun:
         self.busy: set[int] = set()  # worker slots frozen or dead right now
         self.pauses: dict[int, list[Span]] = {w: [] for w in range(options.all_workers)}
         self.actions = dict.fromkeys(("SIGSTOP", "SIGKILL", "pause", "crash"), 0)
+        self.chaos_log: list[dict[str, Any]] = []
         self.tasks: set[asyncio.Task[None]] = set()
         self.generation = [0] * options.all_workers
 
@@ -247,6 +250,16 @@ class ChaosRun:
         kind = self.rng.choice(kinds)
         worker = self.rng.randrange(self.options.workers)
         span = self.rng.uniform(0.1, self.options.max_span_leases) * self.lease_s
+        self.chaos_log.append(
+            {
+                "t": time.time(),
+                "kind": kind,
+                "worker": worker,
+                "instance": self.current[worker].instance_id,
+                "span_s": round(span, 3),
+                "busy": worker in self.busy,  # a stop or kill of a busy worker does nothing
+            }
+        )
         if kind == "pause":
             self.start_task(self.pause(worker, span))
         elif worker not in self.busy:
@@ -324,6 +337,8 @@ class ChaosRun:
             actions=self.actions,
             faults=faults,
             other_faults=other_faults,
+            link_log={w: list(p.log) for w, p in enumerate(self.proxies) if p is not None},
+            chaos_log=self.chaos_log,
             events=events,
             history=await read_history(self.store.url),
             logs=self.tmp,

@@ -30,6 +30,7 @@ Run: ``python -m benchmarks.chaos [--stores sqlite,postgres,redis,valkey --secon
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import shutil
@@ -58,11 +59,12 @@ OUTCOME_HEADERS = (
     "missed",
     "missed (cut off)",
     "cut off by lag",
+    "missed (link faults)",
     "won, not started",
     "skipped/paused",
     "takeovers",
 )
-#: Unexplained misses printed per store (they are many under a high --p).
+#: Misses printed per job and store (they are many under a high --p).
 MISSED_SHOWN = 5
 FAULT_HEADERS = (
     "store",
@@ -94,6 +96,7 @@ def outcome_row(name: str, c: Counts) -> tuple[object, ...]:
         c.missed,
         c.missed_cut_off,
         c.cut_off_by_lag,
+        c.missed_link_faults,
         c.missed_claimed,
         c.skipped,
         c.takeovers,
@@ -154,16 +157,50 @@ def report_store(result: StoreResult, details: int) -> None:
 
 
 def _report_findings(where: str, findings: list[Finding], details: int) -> None:
-    shown: dict[str, int] = {}
+    shown: dict[tuple[str, str], int] = {}
     for finding in findings:
-        shown[finding.kind] = shown.get(finding.kind, 0) + 1
-        if shown[finding.kind] <= _limit(finding.kind, details):
+        key = (finding.kind, finding.job if finding.kind == "missed" else "")
+        shown[key] = shown.get(key, 0) + 1
+        if shown[key] <= _limit(finding.kind, details):
             print(f"  [{finding.kind}] {where}: {finding.text}")
             for line in finding.log_lines:
                 print(f"      | {line}")
-    for kind, n in shown.items():
+    for (kind, job), n in shown.items():
         if n > _limit(kind, details):
-            print(f"  ... {n - _limit(kind, details)} more [{kind}] findings")
+            print(f"  ... {n - _limit(kind, details)} more [{kind}] findings {job}".rstrip())
+
+
+def keep_run(result: StoreResult, tmp: Path) -> None:
+    """Beside the events and the logs: the store's history, the chaos actions, every
+    link fault and the instances (for digging into a finding afterwards)."""
+    run = result.run
+    with open(tmp / "history.jsonl", "w", encoding="utf-8") as out:
+        for record in run.history:
+            out.write(json.dumps(record.to_json()) + "\n")
+    with open(tmp / "chaos.jsonl", "w", encoding="utf-8") as out:
+        for action in run.chaos_log:
+            out.write(json.dumps(action) + "\n")
+    instances = {
+        i: {
+            "worker": inst.worker,
+            "service": inst.service,
+            "offset_ms": inst.offset_ms,
+            "spawned": inst.spawned,
+            "ready": inst.ready,
+            "gone": inst.gone,
+            "killed": inst.killed,
+            "freezes": inst.freezes,
+        }
+        for i, inst in run.instances.items()
+    }
+    meta = {
+        "began": run.began,
+        "ended": run.ended,
+        "instances": instances,
+        "pauses": run.pauses,
+        "link_log": run.link_log,
+    }
+    (tmp / "run.json").write_text(json.dumps(meta))
 
 
 def _other(result: StoreResult) -> Counts | None:
@@ -200,7 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="late-start slack beyond horizon + clock lag (the engine's check to the handler)",
     )
     parser.add_argument(
-        "--details", type=int, default=20, help="findings printed per kind (misses: at most 5)"
+        "--details",
+        type=int,
+        default=20,
+        help="findings printed per kind (misses: at most 5 per job)",
     )
     parser.add_argument(
         "--candidates",
@@ -252,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open_store(name, tmp) as store:
                 print(f"\n-- {name}: {store.description}", flush=True)
                 result = analyse(run_store(store, options, tmp), args.slack_ms)
+                if args.keep:
+                    keep_run(result, tmp)
             report_store(result, args.details)
             results.append(result)
             print(f"[{name}: {time.monotonic() - started:.0f} s]", flush=True)
@@ -300,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "  store recorded the claim\n"
         "missed (cut off): no instance was up, running and connected in its claim window;\n"
         "  cut off by lag: one was, but its clock lagged by more than the horizon\n"
+        "missed (link faults): not cut off, but the link of every instance that could claim\n"
+        "  had a reply cut, reset or delayed in its claim window\n"
         "won, not started: missed, with a store record (an answer that came too late\n"
         "  starts nothing)"
     )
