@@ -26,7 +26,16 @@ process was killed or exited.
   (*cut off*) when no instance could have claimed it: every instance was dead, stopped,
   behind a paused link, or had a clock lagging by more than the horizon, for the whole
   of its claim window (from the slot by its own clock to the slot's horizon); and of
-  those, apart, the slots some instance could have claimed but for its clock lag.
+  those, apart, the slots some instance could have claimed but for its clock lag. The
+  other misses are counted apart (*link faults*) when every instance that could claim
+  had its link hit in its claim window: a reply cut or reset from a second before the
+  window to its end, or delayed across part of it. Each such miss is printed with what
+  every instance went through in its window.
+
+Each service is judged on its own jobs with its own instances: an instance of the
+other service (another namespace) never holds a main job, so it never counts as one
+that could have claimed it. The main service's figures are the benchmark's; the other
+service's are reported beside them.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from typing import Any
 
 from anarchon_core.records import RunRecord, Status, iso_utc
 
-from ._chaos_jobs import JOBS, POLL_S, JobSpec
+from ._chaos_jobs import MAIN, OTHER, POLL_S, JobSpec, Service
 from ._chaos_run import Instance, RunLog, Span
 
 __all__ = ["Counts", "Finding", "StoreResult", "analyse"]
@@ -59,6 +68,7 @@ class Counts:
     missed: int = 0
     missed_cut_off: int = 0
     cut_off_by_lag: int = 0  # of those, claimable by some instance but for its clock lag
+    missed_link_faults: int = 0  # not cut off, but every claimable instance's link faulted
     missed_claimed: int = 0  # missed, but the store holds a record: won, never started
     skipped: int = 0  # skipped or paused records of due slots
     ran_again: int = 0  # due runs with more than one execution (overlapping or not)
@@ -74,15 +84,25 @@ class Finding:
     kind: str  # duplicate, fenced-ignoring, frozen, late, late-frozen, past-fence, missed
     text: str
     log_lines: list[str] = field(default_factory=list)
+    job: str = ""
+
+
+@dataclass
+class ServiceResult:
+    service: Service
+    total: Counts
+    per_job: dict[str, Counts]
+    findings: list[Finding]
 
 
 @dataclass
 class StoreResult:
     run: RunLog
-    total: Counts
+    total: Counts  # the main service's
     per_job: dict[str, Counts]
     findings: list[Finding]
     slack_ms: int
+    other: ServiceResult | None = None  # the other service's, if it ran
 
 
 @dataclass
@@ -108,28 +128,39 @@ class Execution:
 
 
 def analyse(run: RunLog, slack_ms: int) -> StoreResult:
-    executions = _executions(run.events, run.instances)
+    main = judge(run, MAIN, slack_ms)
+    other = None
+    if any(inst.service == OTHER.name for inst in run.instances.values()):
+        other = judge(run, OTHER, slack_ms)
+    return StoreResult(run, main.total, main.per_job, main.findings, slack_ms, other)
+
+
+def judge(run: RunLog, service: Service, slack_ms: int) -> ServiceResult:
+    """The slots of ``service``'s jobs against what its instances ran."""
+    instances = {i: inst for i, inst in run.instances.items() if inst.service == service.name}
+    executions = _executions(run.events, instances)
     by_run: dict[tuple[str, int], list[Execution]] = defaultdict(list)
     for ex in executions:
         by_run[(ex.job, ex.slot)].append(ex)
+    specs = {spec.name: spec for spec in service.jobs}
+    by_store_name = {service.store_name(spec.name): spec.name for spec in service.jobs}
     records: dict[tuple[str, int], list[RunRecord]] = defaultdict(list)
     for record in run.history:
-        records[(record.job, record.slot)].append(record)
-    specs = {spec.name: spec for spec in JOBS}
-    per_job = {spec.name: Counts() for spec in JOBS}
+        if record.job in by_store_name:
+            records[(by_store_name[record.job], record.slot)].append(record)
+    per_job = {spec.name: Counts() for spec in service.jobs}
     findings: list[Finding] = []
-    checker = _Checker(run, slack_ms)
+    checker = _Checker(run, instances, service, slack_ms)
     for key, runs in sorted(by_run.items()):
         spec = specs.get(key[0])
         if spec is not None:
             findings += checker.overlaps(spec, runs, per_job[spec.name])
             findings += checker.late_starts(spec, runs, per_job[spec.name])
             findings += checker.past_fence(spec, runs, per_job[spec.name])
-    for record in run.history:
-        if record.attempt >= 2 and record.job in per_job:
-            per_job[record.job].takeovers += 1
+    for (job, _), held in records.items():
+        per_job[job].takeovers += sum(1 for record in held if record.attempt >= 2)
     begin_ms, end_ms = int(run.began * 1000), int(run.ended * 1000)
-    for spec in JOBS:
+    for spec in service.jobs:
         counts = per_job[spec.name]
         for slot in spec.schedule.slots_between(begin_ms, end_ms):
             if slot + spec.horizon_ms(slot) > end_ms:
@@ -146,14 +177,18 @@ def analyse(run: RunLog, slack_ms: int) -> StoreResult:
                 counts.missed += 1
                 counts.missed_claimed += bool(statuses)
                 if checker.anyone_could_claim(spec, slot):
-                    findings.append(checker.missed(spec, slot, records.get((spec.name, slot))))
+                    finding, link_faults = checker.missed(
+                        spec, slot, records.get((spec.name, slot))
+                    )
+                    counts.missed_link_faults += link_faults
+                    findings.append(finding)
                 else:
                     counts.missed_cut_off += 1
                     counts.cut_off_by_lag += checker.anyone_could_claim(spec, slot, lag=False)
     total = Counts()
     for counts in per_job.values():
         total.add(counts)
-    return StoreResult(run, total, per_job, findings, slack_ms)
+    return ServiceResult(service, total, per_job, findings)
 
 
 def _executions(
@@ -188,10 +223,13 @@ def _executions(
 
 
 class _Checker:
-    def __init__(self, run: RunLog, slack_ms: int) -> None:
+    def __init__(
+        self, run: RunLog, instances: dict[str, Instance], service: Service, slack_ms: int
+    ) -> None:
         self.run = run
         self.slack = slack_ms / 1000
-        self.instances = run.instances
+        self.instances = instances  # the service's own
+        self.service = service
         self.claimed = {
             (r.job, r.slot, r.attempt, r.instance_id): r.claimed_at for r in run.history
         }
@@ -274,17 +312,84 @@ class _Checker:
                 found.append(Finding("late", text, lines))
         return found
 
-    def missed(self, spec: JobSpec, slot: int, records: list[RunRecord] | None) -> Finding:
+    def missed(
+        self, spec: JobSpec, slot: int, records: list[RunRecord] | None
+    ) -> tuple[Finding, bool]:
+        """The finding of a miss some instance could have claimed, and whether every
+        such instance's link faulted in its claim window."""
         held = ", ".join(
             f"attempt {r.attempt} {r.status} on {r.instance_id}"
             + ("" if r.claimed_at is None else f" claimed {r.claimed_at - slot:+d} ms")
             for r in records or []
         )
-        return Finding(
-            "missed",
-            f"{spec.name} slot {slot} ({iso_utc(slot)}): no start; "
-            + (f"store records: {held}" if held else "no store record"),
+        windows = self.claim_windows(spec, slot)
+        faulted = [self.link_faults(inst, start, end) for inst, start, end in windows]
+        states = "; ".join(
+            self.describe_window(inst, start, end, slot, faults)
+            for (inst, start, end), faults in zip(windows, faulted, strict=True)
         )
+        every_link = bool(windows) and all(faulted)
+        text = (
+            f"{spec.name} slot {slot} ({iso_utc(slot)}): no start; "
+            + (f"store records: {held}" if held else "no store record")
+            + f"; could claim: {states}"
+            + ("; every such link faulted" if every_link else "")
+        )
+        return Finding("missed", text, job=spec.name), every_link
+
+    def claim_windows(self, spec: JobSpec, slot: int) -> list[tuple[Instance, float, float]]:
+        """The instances up, running and connected for part of their claim window, with
+        that window (true time, seconds)."""
+        horizon_end = (slot + spec.horizon_ms(slot)) / 1000
+        found = []
+        for inst in self.instances.values():
+            if inst.ready is None or inst.gone is None:
+                continue
+            start = max((slot - inst.offset_ms) / 1000, inst.ready)
+            end = min(horizon_end, inst.gone)
+            blocked = [*inst.freezes, *self.run.pauses.get(inst.worker, [])]
+            if start < end and not _covered(start, end, blocked):
+                found.append((inst, start, end))
+        return found
+
+    def link_faults(
+        self, inst: Instance, start: float, end: float
+    ) -> list[tuple[float, str, float]]:
+        """The faults of ``inst``'s link that touch its claim window ``[start, end]``: a
+        cut or reset from a second before it (the reconnect) to its end, a delay or a
+        pause that overlaps it."""
+        found = []
+        for t, kind, seconds in self.run.link_log.get(inst.worker, []):
+            if kind in ("cut", "reset"):
+                if start - 1.0 <= t <= end:
+                    found.append((t, kind, seconds))
+            elif t <= end and t + seconds >= start:
+                found.append((t, kind, seconds))
+        return found
+
+    def describe_window(
+        self,
+        inst: Instance,
+        start: float,
+        end: float,
+        slot: int,
+        faults: list[tuple[float, str, float]],
+    ) -> str:
+        """``inst`` in its claim window: its clock, freezes, pauses and link faults, in
+        ms from the slot."""
+
+        def ms(t: float) -> str:
+            return f"{t * 1000 - slot:+.0f}"
+
+        parts = [f"{inst.instance_id} (clock {inst.offset_ms:+d} ms) {ms(start)}..{ms(end)}"]
+        for a, b in inst.freezes:
+            if a <= end and b >= start:
+                parts.append(f"frozen {ms(a)}..{ms(b)}")
+        for t, kind, seconds in faults:
+            parts.append(f"{kind} {ms(t)}" + (f" for {seconds * 1000:.0f} ms" if seconds else ""))
+        if not faults and self.run.store.target is not None:
+            parts.append("no link fault")
+        return " ".join(parts)
 
     def past_fence(self, spec: JobSpec, runs: list[Execution], counts: Counts) -> list[Finding]:
         """Starts later than ``lease_ms - heartbeat_ms`` after the store recorded the claim
@@ -294,7 +399,8 @@ class _Checker:
         window = (opts.lease_ms - opts.heartbeat_ms) / 1000
         found = []
         for ex in runs:
-            claimed = self.claimed.get((ex.job, ex.slot, ex.attempt, ex.instance))
+            key = (self.service.store_name(ex.job), ex.slot, ex.attempt, ex.instance)
+            claimed = self.claimed.get(key)
             if claimed is None or ex.start <= claimed / 1000 + window + self.slack:
                 continue
             if self.frozen_between(ex.instance, claimed / 1000, ex.start):

@@ -1,5 +1,9 @@
 """The chaos benchmark's jobs and the handlers that record what really ran.
 
+Two services share each store: the main one (no namespace, :data:`JOBS`), whose slots
+the benchmark judges, and another (namespace ``other``, :data:`OTHER_JOBS`), whose
+worker holds none of the main jobs: the main service's rankings must leave it out.
+
 Every handler appends one JSON line when it starts and one when it ends to the events
 file (``O_APPEND`` keeps lines whole across processes), with the true wall time
 ``time.time()`` (never the worker's offset clock), the run's job, slot, attempt and
@@ -19,7 +23,17 @@ from typing import Any
 
 from anarchon_core import Every, RunContext
 
-__all__ = ["JOBS", "JobSpec", "emit", "make_handler"]
+__all__ = [
+    "JOBS",
+    "MAIN",
+    "OTHER",
+    "OTHER_JOBS",
+    "SERVICES",
+    "JobSpec",
+    "Service",
+    "emit",
+    "make_handler",
+]
 
 #: How often the handler that ignores cancellation looks at the signal (to record when
 #: it was told), in seconds.
@@ -66,6 +80,32 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("chaos.sync", "2s", None, "sync", 100, 600),
     JobSpec("chaos.stubborn", "2s", "1s", "stubborn", 300, 600),
 )
+#: The other service's jobs: names of their own, in a namespace of their own.
+OTHER_JOBS: tuple[JobSpec, ...] = (
+    JobSpec("other.poll", "500ms", None, "async", 10, 80),
+    JobSpec("other.report", "3s", None, "sync", 100, 400),
+)
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service on the store: its namespace (``None``: none) and its jobs.
+
+    A handler's ``ctx.job`` is the job's name; the store keys runs by its store name
+    (``namespace:name``).
+    """
+
+    name: str
+    namespace: str | None
+    jobs: tuple[JobSpec, ...]
+
+    def store_name(self, job: str) -> str:
+        return job if self.namespace is None else f"{self.namespace}:{job}"
+
+
+MAIN = Service("main", None, JOBS)
+OTHER = Service("other", "other", OTHER_JOBS)
+SERVICES = {service.name: service for service in (MAIN, OTHER)}
 
 
 def emit(path: str, **event: Any) -> None:

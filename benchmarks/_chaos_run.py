@@ -5,7 +5,10 @@ its own fault proxy (``FaultProxy``) between it and the server, so that each ins
 has a faulty link of its own. While the run lasts, the proxies inject faults with
 probability ``p`` and a seeded chaos loop SIGSTOPs workers (SIGCONT after a random
 span), SIGKILLs them (restarted after a random span, as a new instance with a new clock
-offset) and pauses a worker's proxy (every byte held). Then every worker is stopped
+offset) and pauses a worker's proxy (every byte held). The workers of a second service
+(``other_service``, another namespace with other jobs) share the store behind faulty
+links of their own, but are never stopped, killed or paused: they show that several
+services share one store. Then every worker is stopped
 with SIGTERM (the scheduler's ``stop()``) on fault-free links, and the store's history
 is read. What happened is returned as a :class:`RunLog` for the analysis.
 """
@@ -29,6 +32,7 @@ from typing import Any
 from anarchon_core import RunRecord, backend_from_url
 from anarchon_core.records import HistoryQuery
 
+from ._chaos_jobs import MAIN, OTHER
 from ._chaos_stores import Store
 from ._fault_proxy import FaultCounts, FaultProxy
 
@@ -48,6 +52,16 @@ class Options:
     jitter_ms: int = 500
     chaos_every_s: float = 2.0  # mean time between chaos actions
     max_span_leases: float = 3.0  # SIGSTOP, restart and pause spans: up to this many leases
+    candidates: int | None = 2  # the workers' `candidates` (None: every instance claims)
+    other_service: int = 1  # workers of the other service (namespace `other`), no chaos
+
+    @property
+    def all_workers(self) -> int:
+        return self.workers + self.other_service
+
+    def service(self, worker: int) -> str:
+        """The service of a worker slot: the first ``workers`` are the main one's."""
+        return MAIN.name if worker < self.workers else OTHER.name
 
 
 @dataclass
@@ -63,6 +77,7 @@ class Instance:
     gone: float | None = None  # killed, crashed or exited
     killed: bool = False
     freezes: list[Span] = field(default_factory=list)
+    service: str = MAIN.name
 
 
 @dataclass
@@ -76,7 +91,10 @@ class RunLog:
     instances: dict[str, Instance]
     pauses: dict[int, list[Span]]  # per worker slot: its proxy held every byte
     actions: dict[str, int]
-    faults: FaultCounts
+    faults: FaultCounts  # the main service's links
+    other_faults: FaultCounts  # the other service's links
+    link_log: dict[int, list[tuple[float, str, float]]]  # per worker slot: its link's faults
+    chaos_log: list[dict[str, Any]]  # every chaos action: time, kind, worker, instance, span
     events: list[dict[str, Any]]
     history: list[RunRecord]
     logs: Path
@@ -89,14 +107,18 @@ class ChaosRun:
         self.tmp = tmp
         self.events_path = tmp / "events.jsonl"
         self.rng = random.Random(f"{options.seed}:{store.name}:chaos")
+        # The other service draws from its own generator: the main service's chaos is
+        # the same with or without it.
+        self.other_rng = random.Random(f"{options.seed}:{store.name}:other")
         self.proxies: list[FaultProxy | None] = []
         self.instances: dict[str, Instance] = {}
         self.current: dict[int, Instance] = {}  # worker slot -> its live instance
         self.busy: set[int] = set()  # worker slots frozen or dead right now
-        self.pauses: dict[int, list[Span]] = {w: [] for w in range(options.workers)}
+        self.pauses: dict[int, list[Span]] = {w: [] for w in range(options.all_workers)}
         self.actions = dict.fromkeys(("SIGSTOP", "SIGKILL", "pause", "crash"), 0)
+        self.chaos_log: list[dict[str, Any]] = []
         self.tasks: set[asyncio.Task[None]] = set()
-        self.generation = [0] * options.workers
+        self.generation = [0] * options.all_workers
 
     @property
     def lease_s(self) -> float:
@@ -106,13 +128,17 @@ class ChaosRun:
     def spawn(self, worker: int) -> Instance:
         gen = self.generation[worker]
         self.generation[worker] += 1
-        instance_id = f"{self.store.name}-w{worker}" + (f".{gen}" if gen else "")
+        service = self.options.service(worker)
+        name = f"w{worker}" if service == MAIN.name else f"{service}{worker - self.options.workers}"
+        instance_id = f"{self.store.name}-{name}" + (f".{gen}" if gen else "")
         half = self.options.lease_ms // 2
-        offset = self.rng.randint(-half, half)
+        offset = (self.rng if service == MAIN.name else self.other_rng).randint(-half, half)
         proxy = self.proxies[worker]
         spec = {
             "url": self.store.worker_url(proxy.port if proxy else None),
             "instance_id": instance_id,
+            "service": service,
+            "candidates": self.options.candidates,
             "offset_ms": offset,
             "heartbeat_ms": self.options.heartbeat_ms,
             "lease_ms": self.options.lease_ms,
@@ -128,7 +154,7 @@ class ChaosRun:
                 stderr=log,
                 cwd=Path(__file__).resolve().parent.parent,
             )
-        inst = Instance(instance_id, worker, offset, proc, time.time())
+        inst = Instance(instance_id, worker, offset, proc, time.time(), service=service)
         self.instances[instance_id] = inst
         self.current[worker] = inst
         return inst
@@ -224,6 +250,16 @@ class ChaosRun:
         kind = self.rng.choice(kinds)
         worker = self.rng.randrange(self.options.workers)
         span = self.rng.uniform(0.1, self.options.max_span_leases) * self.lease_s
+        self.chaos_log.append(
+            {
+                "t": time.time(),
+                "kind": kind,
+                "worker": worker,
+                "instance": self.current[worker].instance_id,
+                "span_s": round(span, 3),
+                "busy": worker in self.busy,  # a stop or kill of a busy worker does nothing
+            }
+        )
         if kind == "pause":
             self.start_task(self.pause(worker, span))
         elif worker not in self.busy:
@@ -247,7 +283,7 @@ class ChaosRun:
         return [proxy for proxy in self.proxies if proxy is not None]
 
     async def open_proxies(self) -> None:
-        for worker in range(self.options.workers):
+        for worker in range(self.options.all_workers):
             if self.store.target is None:
                 self.proxies.append(None)
                 continue
@@ -265,9 +301,9 @@ class ChaosRun:
         opts = self.options
         await self.open_proxies()
         try:
-            for worker in range(opts.workers):
+            for worker in range(opts.all_workers):
                 self.spawn(worker)
-            await self.wait_ready(opts.workers, timeout=60)
+            await self.wait_ready(opts.all_workers, timeout=60)
             began = time.time()
             for link in self.links:
                 link.p = opts.p
@@ -282,9 +318,11 @@ class ChaosRun:
                 inst.proc.wait()
             for link in self.links:
                 await link.close()
-        faults = FaultCounts()
-        for link in self.links:
-            faults.add(link.counts)
+        faults, other_faults = FaultCounts(), FaultCounts()
+        for worker, proxy in enumerate(self.proxies):
+            if proxy is not None:
+                main = self.options.service(worker) == MAIN.name
+                (faults if main else other_faults).add(proxy.counts)
         events = self.events()
         for event in events:
             if event["e"] == "ready" and event["instance"] in self.instances:
@@ -298,6 +336,9 @@ class ChaosRun:
             pauses=self.pauses,
             actions=self.actions,
             faults=faults,
+            other_faults=other_faults,
+            link_log={w: list(p.log) for w, p in enumerate(self.proxies) if p is not None},
+            chaos_log=self.chaos_log,
             events=events,
             history=await read_history(self.store.url),
             logs=self.tmp,

@@ -1,10 +1,11 @@
 """One chaos worker process: ``python -m benchmarks._chaos_worker``.
 
 The spec (JSON in ``$ANARCHON_CHAOS_SPEC``, kept out of the process list) names the
-store URL (through this worker's fault proxy), the instance id, the clock offset in
-ms, the jitter, the lease settings and the events file. The worker runs a
-:class:`anarchon_core.Scheduler` with :data:`benchmarks._chaos_jobs.JOBS` until SIGTERM
-or SIGINT, then calls ``stop()``; it appends ``ready`` and ``stopped`` events.
+store URL (through this worker's fault proxy), the instance id, the service (``main``
+or ``other``, see :data:`benchmarks._chaos_jobs.SERVICES`), the clock offset in ms, the
+jitter, the candidates, the lease settings and the events file. The worker runs a
+:class:`anarchon_core.Scheduler` with its service's namespace and jobs until SIGTERM or
+SIGINT, then calls ``stop()``; it appends ``ready`` and ``stopped`` events.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import time
 from typing import Any
 
 from anarchon_core import Scheduler
+from anarchon_core.scheduler import DEFAULT_CANDIDATES
 
-from ._chaos_jobs import JOBS, emit, make_handler
+from ._chaos_jobs import SERVICES, emit, make_handler
 
 
 def offset_clock(offset_ms: int) -> Any:
@@ -34,15 +36,18 @@ def offset_clock(offset_ms: int) -> Any:
 
 async def serve(spec: dict[str, Any]) -> None:
     events = str(spec["events"])
+    service = SERVICES[spec.get("service", "main")]
     scheduler = Scheduler(
         spec["url"],
+        namespace=service.namespace,
         instance_id=spec["instance_id"],
         heartbeat_ms=spec["heartbeat_ms"],
         lease_ms=spec["lease_ms"],
         jitter_ms=spec["jitter_ms"],
+        candidates=spec.get("candidates", DEFAULT_CANDIDATES),
         clock=offset_clock(int(spec["offset_ms"])),
     )
-    for job in JOBS:
+    for job in service.jobs:
         scheduler.every(job.name, job.every, make_handler(job, events), offset=job.offset)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

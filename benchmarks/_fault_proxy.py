@@ -15,7 +15,8 @@ client cannot tell whether its request ran), and a request that never arrives lo
 the same to the client. :meth:`FaultProxy.pause` holds every byte in both directions
 (and every new connection) for a span: a partition of this one client. The random
 choices are seeded per connection (``seed``, proxy name, connection number) and every
-fault is counted in :attr:`FaultProxy.counts`.
+fault is counted in :attr:`FaultProxy.counts` and logged with its wall time in
+:attr:`FaultProxy.log` (so that an analysis can tell what one link suffered when).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import itertools
 import random
 import socket
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +95,8 @@ class FaultProxy:
         self.max_delay_s = max_delay_s
         self.seed = seed
         self.counts = FaultCounts()
+        #: Every fault: (wall time it began, "delay" | "cut" | "reset" | "pause", seconds).
+        self.log: list[tuple[float, str, float]] = []
         self.port = 0
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
@@ -128,6 +132,7 @@ class FaultProxy:
             return
         self.counts.pauses += 1
         self.counts.paused_s += seconds
+        self.log.append((time.time(), "pause", seconds))
         self._open.clear()
         try:
             await asyncio.sleep(seconds)
@@ -185,10 +190,12 @@ class FaultProxy:
                             delay = rng.uniform(0, self.max_delay_s)
                             self.counts.delayed += 1
                             self.counts.delay_s += delay
+                            self.log.append((time.time(), "delay", delay))
                             await asyncio.sleep(delay)
                             await self._open.wait()
                         else:
                             setattr(self.counts, kind, getattr(self.counts, kind) + 1)
+                            self.log.append((time.time(), kind, 0.0))
                             link.close(reset=kind == "reset")
                             return
                 writer.write(data)

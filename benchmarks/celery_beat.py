@@ -8,6 +8,11 @@ in one process, the ratio variants in rotating order ``--repeats`` times:
 
 * ``send_task loop``: one process calling ``app.send_task`` in a bare loop (no beat, no
   schedule): the ceiling of this machine and broker;
+* ``send_task floor``: one process that, at every boundary of the ``--every`` grid,
+  publishes the ``--entries`` messages a beat sends at that boundary in a bare
+  ``send_task`` loop, each stamped with the boundary as its nominal time: the least
+  lateness any beat on this machine can reach when every entry is due at the same
+  instant (as anarchon's slots are: on a grid counted from the epoch);
 * ``stock beat x1`` / ``x2``: ``celery beat -S celery.beat:PersistentScheduler`` with a
   fresh schedule file, one or two processes;
 * ``anarchon x1`` / ``x4``: ``celery beat -S anarchon`` on the Redis lease store
@@ -16,8 +21,8 @@ in one process, the ratio variants in rotating order ``--repeats`` times:
 * ``anarchon x1 sqlite``: one anarchon beat on the default store, SQLite (a fresh file);
 * ``anarchon x4, one SIGKILLed``: four beats, one killed halfway through the window,
   0.6 s after a slot (while runs of that slot are being claimed and sent);
-* ``light load``: ``--light-every`` (10 s) entries, stock x1, anarchon x1 and anarchon x4
-  with one SIGKILLed: the load is under the ceiling, so lateness shows the scheduler,
+* ``light load``: ``--light-every`` (10 s) entries, the floor, stock x1, anarchon x1 and
+  anarchon x4 with one SIGKILLed: the load is under the ceiling, so lateness shows the scheduler,
   not saturation, and a 10-s slot's horizon (10 s) outlives the killed beat's leases
   (6 s), so its in-flight runs are taken over.
 
@@ -38,8 +43,11 @@ nominal time is the slot (the ``anarchon_slot`` header). Figures:
 
 * ``sends/s``: messages published within the window / window;
 * ``late p50/p99``: publish time - nominal time, over messages whose nominal time lies
-  in the window (anarchon adds a random jitter before each claim: up to
-  min(500 ms, interval / 4), 250 ms for 1-s entries, 500 ms for 10-s entries);
+  in the window. A beat's first candidate claims at the slot; a random jitter (up to
+  min(500 ms, interval / 4)) is waited only where no ranking exists, e.g. before the
+  first registry read. Stock beat's nominal time is its own: an entry comes due one
+  interval after it was last sent, so its entries drift apart by the time each send
+  took and never fall due together;
 * ``beat CPU``: utime + stime of the beat processes (and their children) over the
   window, from ``/proc``, in % of one core, summed over the beats; ``CPU ms/send``: the
   same CPU time per message sent in the window (less sensitive to a busy machine);
@@ -51,7 +59,9 @@ nominal time is the slot (the ``anarchon_slot`` header). Figures:
 * ``missing``: anarchon only: (job, slot) pairs of the window never sent.
 
 Run: ``python -m benchmarks celery_beat`` or ``python -m benchmarks.celery_beat
-[--entries 1000 --every 1 --window 10 --repeats 3]`` (about 9 minutes with the defaults).
+[--entries 1000 --every 1 --window 10 --repeats 3]`` (about 10 minutes with the defaults).
+The ratio variants (loop, floor, stock x1, anarchon x1) run ``--repeats`` times in
+rotating order; their lateness is also given per repeat, median (min-max).
 Every process is killed and every key written is deleted at the end.
 """
 
@@ -127,7 +137,7 @@ app.conf.update(
 def stamp(headers=None, **_):
     headers["bench_sent"] = time.time()
     headers["bench_pid"] = os.getpid()
-    if "anarchon_slot" in headers:
+    if "anarchon_slot" in headers or "bench_nominal" in headers:
         return
     frame = sys._getframe(1)  # stock beat: the entry in Scheduler.apply_async
     while frame is not None:
@@ -143,7 +153,7 @@ def stamp(headers=None, **_):
 @dataclass(frozen=True)
 class Variant:
     name: str
-    kind: str  # "loop" | "stock" | "anarchon"
+    kind: str  # "loop" | "floor" | "stock" | "anarchon"
     beats: int = 1
     store: str = "redis"  # anarchon only: "redis" | "sqlite"
     kill: bool = False
@@ -151,9 +161,10 @@ class Variant:
 
 
 LOOP = Variant("send_task loop (ceiling)", "loop")
+FLOOR = Variant("send_task floor (burst per boundary)", "floor")
 STOCK1 = Variant("stock beat x1", "stock")
 ANARCHON1 = Variant("anarchon x1 (redis store)", "anarchon")
-RATIO_VARIANTS = (LOOP, STOCK1, ANARCHON1)
+RATIO_VARIANTS = (LOOP, FLOOR, STOCK1, ANARCHON1)
 ONCE_VARIANTS = (
     Variant("stock beat x2", "stock", beats=2),
     Variant("anarchon x1 (sqlite store)", "anarchon", store="sqlite"),
@@ -161,6 +172,7 @@ ONCE_VARIANTS = (
     Variant("anarchon x4, one SIGKILLed", "anarchon", beats=4, kill=True),
 )
 LIGHT_VARIANTS = (
+    Variant(FLOOR.name, "floor", light=True),
     Variant("stock beat x1", "stock", light=True),
     Variant("anarchon x1 (redis store)", "anarchon", light=True),
     Variant("anarchon x4, one SIGKILLed", "anarchon", beats=4, kill=True, light=True),
@@ -256,6 +268,10 @@ class Run:
         argv = [sys.executable, "-m", "benchmarks.celery_beat", "--loop-child"]
         self.spawn("loop", [*argv, f"{start:.3f}", f"{seconds:.3f}"])
 
+    def start_floor(self, start: float, seconds: float, every: float) -> None:
+        argv = [sys.executable, "-m", "benchmarks.celery_beat", "--floor-child"]
+        self.spawn("floor", [*argv, f"{start:.3f}", f"{seconds:.3f}", f"{every:g}"])
+
     def wait_all_sending(self, timeout: float = 120) -> None:
         """Until every beat has published (stock x2 and anarchon x4: each sends some)."""
         deadline = time.monotonic() + timeout
@@ -316,6 +332,9 @@ def run_variant(variant: Variant, tmp: Path, args: argparse.Namespace) -> Result
         if variant.kind == "loop":
             start = math.ceil(time.time()) + 3.0
             run.start_loop(start - args.warmup, window + args.warmup + 1)
+        elif variant.kind == "floor":
+            start = math.ceil(time.time()) + 3.0
+            run.start_floor(start - args.warmup, window + args.warmup + 1, every)
         else:
             run.start_beats()
             run.wait_all_sending()
@@ -335,8 +354,8 @@ def run_variant(variant: Variant, tmp: Path, args: argparse.Namespace) -> Result
             if p is not killed:
                 last[p.pid] = _tree_ticks(p.pid)
         cpu_s = sum(last[pid] - ticks0[pid] for pid in ticks0) / TICK
-        if variant.kind == "loop":
-            run.procs[0].wait(30)
+        if variant.kind in ("loop", "floor"):
+            run.procs[0].wait(30 + every)
         else:
             time.sleep(TAKEOVER_S if variant.kill else args.settle)
             for p in run.procs:
@@ -362,6 +381,13 @@ def analyse(
     result = Result(variant, every, end - start, len(in_window), [], cpu_s)
     result.per_sender = sorted(Counter(m["bench_pid"] for m in in_window).values(), reverse=True)
     if variant.kind == "loop":
+        return result
+    if variant.kind == "floor":
+        result.lateness_s = [
+            m["bench_sent"] - m["bench_nominal"]
+            for m in messages
+            if start <= m["bench_nominal"] < end
+        ]
         return result
     if variant.kind == "stock":
         per_entry: dict[str, Counter[int]] = defaultdict(Counter)
@@ -418,6 +444,23 @@ def loop_child(start: float, seconds: float) -> None:
             i += 1
 
 
+def floor_child(start: float, seconds: float, every: float) -> None:
+    """The floor: at each boundary of the ``every`` grid, the entries a beat sends then,
+    published in a bare loop, each stamped with the boundary."""
+    import bench_app  # type: ignore[import-not-found]  # generated in the run's directory
+
+    app = bench_app.app
+    names = [f"e{i:04d}" for i in range(bench_app.N)]
+    boundary = math.ceil(start / every) * every
+    with app.producer_or_acquire() as producer:
+        while boundary < start + seconds:
+            _sleep_until(boundary)
+            for name in names:
+                headers = {"bench_entry": name, "celery_beat_task": True, "bench_nominal": boundary}
+                app.send_task("bench.noop", (), {}, headers=headers, producer=producer)
+            boundary += every
+
+
 def report(results: dict[str, list[Result]], args: argparse.Namespace) -> None:
     def row(label: str, rs: list[Result]) -> tuple[Any, ...]:
         rate = statistics.median(r.rate for r in rs)
@@ -427,7 +470,7 @@ def report(results: dict[str, list[Result]], args: argparse.Namespace) -> None:
         cpu = statistics.median(r.cpu_pct for r in rs)
         per_send = statistics.median(r.cpu_ms_per_send for r in rs)
         kind = rs[0].variant.kind
-        dup = sum(r.duplicates for r in rs) if kind != "loop" else "n/a"
+        dup = sum(r.duplicates for r in rs) if kind not in ("loop", "floor") else "n/a"
         resend = (
             f"{sum(r.takeovers for r in rs)} ({sum(r.takeover_resends for r in rs)})"
             if kind == "anarchon"
@@ -473,7 +516,8 @@ def report(results: dict[str, list[Result]], args: argparse.Namespace) -> None:
         )
     if not all(v.name in results for v in RATIO_VARIANTS):
         return
-    loop, stock, ours = (results[v.name] for v in RATIO_VARIANTS)
+    loop, floor, stock, ours = (results[v.name] for v in RATIO_VARIANTS)
+    report_lateness(floor, stock, ours)
     ceiling = [a.rate / b.rate for a, b in zip(ours, loop, strict=True)]
     vs_stock = [a.rate / b.rate for a, b in zip(ours, stock, strict=True)]
     stock_ceiling = [a.rate / b.rate for a, b in zip(stock, loop, strict=True)]
@@ -489,10 +533,53 @@ def report(results: dict[str, list[Result]], args: argparse.Namespace) -> None:
     )
 
 
+def _spread(values: Sequence[float]) -> str:
+    """``median (min-max, n=N)`` of per-repeat figures."""
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f}, n={len(values)})"
+
+
+def report_lateness(floor: list[Result], stock: list[Result], ours: list[Result]) -> None:
+    """Lateness per repeat of the ratio variants, and anarchon's against the floor and
+    stock beat of the same repeat."""
+    rows = [
+        (
+            r[0].variant.name,
+            _spread([x.late_ms(50) for x in r]),
+            _spread([x.late_ms(99) for x in r]),
+        )
+        for r in (floor, stock, ours)
+    ]
+    pairs = list(zip(ours, floor, stock, strict=True))
+    rows.append(
+        (
+            "anarchon x1 - floor (same repeat)",
+            _spread([a.late_ms(50) - f.late_ms(50) for a, f, _ in pairs]),
+            _spread([a.late_ms(99) - f.late_ms(99) for a, f, _ in pairs]),
+        )
+    )
+    rows.append(
+        (
+            "anarchon x1 - stock beat x1 (same repeat)",
+            _spread([a.late_ms(50) - st.late_ms(50) for a, _, st in pairs]),
+            _spread([a.late_ms(99) - st.late_ms(99) for a, _, st in pairs]),
+        )
+    )
+    print_table(
+        "lateness per repeat, ms: median (min-max, n)",
+        ("variant", "late p50 ms", "late p99 ms"),
+        rows,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--loop-child"]:
         loop_child(float(argv[1]), float(argv[2]))
+        return
+    if argv[:1] == ["--floor-child"]:
+        floor_child(float(argv[1]), float(argv[2]), float(argv[3]))
         return
     parser = argparse.ArgumentParser(prog="python -m benchmarks.celery_beat", description=__doc__)
     parser.add_argument("--entries", type=int, default=1000)
@@ -516,7 +603,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         plan: list[tuple[str, Variant]] = []
         if "ratios" in groups:
             for rep in range(args.repeats):
-                order = RATIO_VARIANTS[rep % 3 :] + RATIO_VARIANTS[: rep % 3]
+                turn = rep % len(RATIO_VARIANTS)
+                order = RATIO_VARIANTS[turn:] + RATIO_VARIANTS[:turn]
                 plan += [(v.name, v) for v in order]
         if "once" in groups:
             plan += [(v.name, v) for v in ONCE_VARIANTS]

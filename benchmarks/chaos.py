@@ -9,21 +9,28 @@ start and end in true wall time. For ``--seconds`` (600) the workers' links to t
 server go through fault proxies that delay (up to 2 leases), cut or reset a reply with
 probability ``--p`` (0.2), and a seeded chaos loop SIGSTOPs, SIGKILLs (and restarts)
 workers and pauses links. SQLite has no link: there the faults are SIGSTOP, SIGKILL and
-the clock offsets. Then everything is stopped cleanly and the store's history read.
+the clock offsets. ``--other-service`` (1) workers of a second service (namespace
+``other``, jobs of its own) share each store behind faulty links of their own, never
+stopped or killed: the main service's rankings must leave them out. ``--candidates``
+(2, or ``none``) is every worker's ``candidates``. Then everything is stopped cleanly
+and the store's history read.
 
 Printed per store: slots due, ran, concurrent duplicates, late starts, missed slots,
-takeovers and the faults injected. The exit status is 1 if any run had a concurrent
+takeovers and the faults injected, for the main service (the judged figures) and for
+the other service. The exit status is 1 if any run of either service had a concurrent
 duplicate (not counting a handler that ignored being fenced, nor a frozen runner) or
 started late, 2 if a store failed to run.
 
 Run: ``python -m benchmarks.chaos [--stores sqlite,postgres,redis,valkey --seconds 600
---p 0.2 --seed N]``; PostgreSQL from ``$ANARCHON_BENCH_POSTGRES`` (else the test
-server), Redis from ``$ANARCHON_BENCH_REDIS`` (else ``redis://127.0.0.1:6379/0``).
+--p 0.2 --seed N --candidates 2|none --other-service 1]``; PostgreSQL from
+``$ANARCHON_BENCH_POSTGRES`` (else the test server), Redis from
+``$ANARCHON_BENCH_REDIS`` (else ``redis://127.0.0.1:6379/0``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import shutil
@@ -34,7 +41,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._chaos_analysis import Counts, StoreResult, analyse
+from ._chaos_analysis import Counts, Finding, StoreResult, analyse
 from ._chaos_run import Options, run_store
 from ._chaos_stores import STORES, StoreUnavailable, open_store
 from ._util import machine, print_table
@@ -52,11 +59,12 @@ OUTCOME_HEADERS = (
     "missed",
     "missed (cut off)",
     "cut off by lag",
+    "missed (link faults)",
     "won, not started",
     "skipped/paused",
     "takeovers",
 )
-#: Unexplained misses printed per store (they are many under a high --p).
+#: Misses printed per job and store (they are many under a high --p).
 MISSED_SHOWN = 5
 FAULT_HEADERS = (
     "store",
@@ -88,6 +96,7 @@ def outcome_row(name: str, c: Counts) -> tuple[object, ...]:
         c.missed,
         c.missed_cut_off,
         c.cut_off_by_lag,
+        c.missed_link_faults,
         c.missed_claimed,
         c.skipped,
         c.takeovers,
@@ -100,7 +109,7 @@ def fault_row(result: StoreResult) -> tuple[object, ...]:
     return (
         run.store.name,
         round(run.ended - run.began),
-        len(run.instances),
+        sum(1 for inst in run.instances.values() if inst.service == "main"),
         run.actions["SIGSTOP"],
         run.actions["SIGKILL"],
         run.actions["crash"],
@@ -115,16 +124,19 @@ def fault_row(result: StoreResult) -> tuple[object, ...]:
 
 def report_store(result: StoreResult, details: int) -> None:
     run = result.run
-    offsets = [i.offset_ms for i in run.instances.values()]
+    main = {i for i, inst in run.instances.items() if inst.service == "main"}
+    offsets = [run.instances[i].offset_ms for i in main]
     early = [
         e["t"] * 1000 - e["slot"]
         for e in run.events
-        if e["e"] == "start" and e["t"] * 1000 < e["slot"]
+        if e["e"] == "start" and e["t"] * 1000 < e["slot"] and e["instance"] in main
     ]
+    others = len(run.instances) - len(main)
     print(
-        f"{len(run.instances)} instances (clock offsets {min(offsets):+d}..{max(offsets):+d} ms), "
+        f"{len(main)} instances of the main service (clock offsets "
+        f"{min(offsets):+d}..{max(offsets):+d} ms), {others} of the other service, "
         f"{len(run.events)} events, {len(run.history)} history records; "
-        f"{len(early)} handler starts before their slot"
+        f"{len(early)} main handler starts before their slot"
         + (f" (earliest {min(early):.0f} ms, by a worker clock ahead)" if early else "")
     )
     print_table(
@@ -132,16 +144,75 @@ def report_store(result: StoreResult, details: int) -> None:
         ("job", *OUTCOME_HEADERS[1:], "ran again"),
         [(*outcome_row(job, c), c.ran_again) for job, c in result.per_job.items()],
     )
-    shown: dict[str, int] = {}
-    for finding in result.findings:
-        shown[finding.kind] = shown.get(finding.kind, 0) + 1
-        if shown[finding.kind] <= _limit(finding.kind, details):
-            print(f"  [{finding.kind}] {run.store.name}: {finding.text}")
+    _report_findings(run.store.name, result.findings, details)
+    if result.other is not None:
+        other = result.other
+        print_table(
+            f"{run.store.name}: the other service (namespace {other.service.namespace!r}, "
+            "no chaos on its worker but its link's faults), per job",
+            ("job", *OUTCOME_HEADERS[1:], "ran again"),
+            [(*outcome_row(job, c), c.ran_again) for job, c in other.per_job.items()],
+        )
+        _report_findings(f"{run.store.name} (other)", other.findings, details)
+
+
+def _report_findings(where: str, findings: list[Finding], details: int) -> None:
+    shown: dict[tuple[str, str], int] = {}
+    for finding in findings:
+        key = (finding.kind, finding.job if finding.kind == "missed" else "")
+        shown[key] = shown.get(key, 0) + 1
+        if shown[key] <= _limit(finding.kind, details):
+            print(f"  [{finding.kind}] {where}: {finding.text}")
             for line in finding.log_lines:
                 print(f"      | {line}")
-    for kind, n in shown.items():
+    for (kind, job), n in shown.items():
         if n > _limit(kind, details):
-            print(f"  ... {n - _limit(kind, details)} more [{kind}] findings")
+            print(f"  ... {n - _limit(kind, details)} more [{kind}] findings {job}".rstrip())
+
+
+def keep_run(result: StoreResult, tmp: Path) -> None:
+    """Beside the events and the logs: the store's history, the chaos actions, every
+    link fault and the instances (for digging into a finding afterwards)."""
+    run = result.run
+    with open(tmp / "history.jsonl", "w", encoding="utf-8") as out:
+        for record in run.history:
+            out.write(json.dumps(record.to_json()) + "\n")
+    with open(tmp / "chaos.jsonl", "w", encoding="utf-8") as out:
+        for action in run.chaos_log:
+            out.write(json.dumps(action) + "\n")
+    instances = {
+        i: {
+            "worker": inst.worker,
+            "service": inst.service,
+            "offset_ms": inst.offset_ms,
+            "spawned": inst.spawned,
+            "ready": inst.ready,
+            "gone": inst.gone,
+            "killed": inst.killed,
+            "freezes": inst.freezes,
+        }
+        for i, inst in run.instances.items()
+    }
+    meta = {
+        "began": run.began,
+        "ended": run.ended,
+        "instances": instances,
+        "pauses": run.pauses,
+        "link_log": run.link_log,
+    }
+    (tmp / "run.json").write_text(json.dumps(meta))
+
+
+def _other(result: StoreResult) -> Counts | None:
+    return result.other.total if result.other is not None else None
+
+
+def _failed(counts: Counts | None) -> bool:
+    return counts is not None and bool(counts.duplicates or counts.late)
+
+
+def _candidates(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
 
 
 def _limit(kind: str, details: int) -> int:
@@ -166,7 +237,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="late-start slack beyond horizon + clock lag (the engine's check to the handler)",
     )
     parser.add_argument(
-        "--details", type=int, default=20, help="findings printed per kind (misses: at most 5)"
+        "--details",
+        type=int,
+        default=20,
+        help="findings printed per kind (misses: at most 5 per job)",
+    )
+    parser.add_argument(
+        "--candidates",
+        type=_candidates,
+        default=2,
+        help="every worker's candidates: an int, or none (every instance claims)",
+    )
+    parser.add_argument(
+        "--other-service",
+        type=int,
+        default=1,
+        help="workers of a second service (namespace 'other', its own jobs) on each store",
     )
     parser.add_argument("--keep", action="store_true", help="keep the events and worker logs")
     args = parser.parse_args(argv)
@@ -182,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers=args.workers,
         jitter_ms=args.jitter_ms,
         chaos_every_s=args.chaos_every,
+        candidates=args.candidates,
+        other_service=args.other_service,
     )
     # The store warns, on reading the history, that Redis runs without AOF: the servers
     # are never restarted here, so nothing depends on it.
@@ -191,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"seed {seed}, {args.seconds:g} s per store, p={args.p:g} per reply, {args.workers} "
         f"workers, heartbeat {options.heartbeat_ms} ms, lease {options.lease_ms} ms, "
         f"clock offsets within ±{options.lease_ms // 2} ms, a chaos action every "
-        f"{args.chaos_every:g} s on average",
+        f"{args.chaos_every:g} s on average; candidates={args.candidates}, "
+        f"{args.other_service} worker(s) of another service",
         flush=True,
     )
     results: list[StoreResult] = []
@@ -203,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open_store(name, tmp) as store:
                 print(f"\n-- {name}: {store.description}", flush=True)
                 result = analyse(run_store(store, options, tmp), args.slack_ms)
+                if args.keep:
+                    keep_run(result, tmp)
             report_store(result, args.details)
             results.append(result)
             print(f"[{name}: {time.monotonic() - started:.0f} s]", flush=True)
@@ -225,7 +316,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         OUTCOME_HEADERS,
         [outcome_row(r.run.store.name, r.total) for r in results],
     )
-    print_table("faults injected", FAULT_HEADERS, [fault_row(r) for r in results])
+    others = [(r.run.store.name, r.other) for r in results if r.other is not None]
+    if others:
+        print_table(
+            "the other service's outcomes (reported, judged for duplicates and late starts)",
+            OUTCOME_HEADERS,
+            [outcome_row(name, o.total) for name, o in others],
+        )
+    print_table(
+        "faults injected (the main service's instances and links)",
+        FAULT_HEADERS,
+        [fault_row(r) for r in results],
+    )
+    for r in results:
+        if r.other is not None and r.run.store.target is not None:
+            f = r.run.other_faults
+            print(
+                f"{r.run.store.name}: the other service's links: {f.replies:,} replies, "
+                f"{f.delayed:,} delayed, {f.cut:,} cut, {f.reset:,} reset"
+            )
     print(
         f"\nlate starts: later than slot + horizon (the gap to the next slot) + the starting\n"
         f"  worker's clock lag + {args.slack_ms} ms slack\n"
@@ -233,10 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "  store recorded the claim\n"
         "missed (cut off): no instance was up, running and connected in its claim window;\n"
         "  cut off by lag: one was, but its clock lagged by more than the horizon\n"
+        "missed (link faults): not cut off, but the link of every instance that could claim\n"
+        "  had a reply cut, reset or delayed in its claim window\n"
         "won, not started: missed, with a store record (an answer that came too late\n"
         "  starts nothing)"
     )
-    bad = [r.run.store.name for r in results if r.total.duplicates or r.total.late]
+    bad = [r.run.store.name for r in results if _failed(r.total) or _failed(_other(r))]
     if bad:
         print(f"FAILED: concurrent duplicates or late starts on {', '.join(bad)}")
         return 1

@@ -1,16 +1,27 @@
-"""Run lateness: how long after its slot (minus the jitter waited) a handler starts.
+"""Run lateness: how long after its slot a handler starts, gross and net of the wait taken.
 
 A ``Scheduler`` on a SQLite temp file holds ``--jobs`` jobs, alternately
-``every("1s")`` and ``every("2s")``, whose async handler records
-``time.time_ns() // 1_000_000 - ctx.slot - ctx.jitter_ms``: the lateness the
-scheduler adds (claim round trip, queueing behind the other due claims, event-loop
-delay), the random jitter excluded. Three configurations, each ``--seconds`` long:
+``every("1s")`` and ``every("2s")``, whose async handler records two figures:
 
-* one process, ``jitter_ms=0``: every due claim of a second lands in the same burst;
-* one process, the default ``jitter_ms=500`` (clamped to a quarter of the interval);
+* **gross**: ``time.time_ns() // 1_000_000 - ctx.slot``, what a user of the job sees
+  (the slot to the handler's start, every wait included);
+* **net**: the same minus ``ctx.jitter_ms``, the wait the engine took before claiming
+  (a ranked turn's stagger, or the random jitter where no ranking exists): the delay
+  the scheduler adds on top (claim round trip, queueing behind the other due claims,
+  event-loop delay).
+
+On a lease store each run is ranked: its first candidate claims at the slot, so the
+winner normally waited nothing and gross and net agree; the random jitter (up to
+``min(jitter_ms, gap / 4, horizon / 2)``) is only waited where no ranking exists
+(``candidates=None``, or before an instance's first registry read). Configurations,
+each ``--seconds`` long, all with ``candidates=--candidates`` (default 2) but the last:
+
+* one process, ``jitter_ms=0``;
+* one process, the default ``jitter_ms=500``;
 * ``--procs`` processes on one file with the same job names (the deployment shape),
-  with ``jitter_ms=0`` (every process claims every slot at the same instant: the
-  worst contention) and with the default jitter.
+  with ``jitter_ms=0`` and with the default jitter;
+* ``--procs`` processes with ``candidates=None`` and the default jitter: every process
+  claims every run after a random wait (the unranked path).
 
 Every handler records ``(job, slot)``; the runs of all processes are checked: no slot
 may run twice (the benchmark fails if one did), and the slots due while every process
@@ -24,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import multiprocessing as mp
 import statistics
 import tempfile
@@ -37,6 +49,7 @@ from typing import Any
 
 from anarchon_core import RunContext, Scheduler
 from anarchon_core.backends.sqlite import SqliteBackend
+from anarchon_core.scheduler import DEFAULT_CANDIDATES
 from anarchon_core.schedules import Every
 
 from ._util import filesystem, machine, percentile, print_table
@@ -61,16 +74,24 @@ async def run_instance(
     until_ms: int,
     jitter_ms: int,
     instance_id: str,
+    candidates: int | None = DEFAULT_CANDIDATES,
 ) -> dict[str, Any]:
     """Run one scheduler until ``until_ms`` (epoch ms); return what its handlers saw."""
-    lateness: list[int] = []
+    # Abandoned claims and retries are counted from the scheduler's stats instead of
+    # printing one warning each.
+    logging.getLogger("anarchon").setLevel(logging.ERROR)
+    gross: list[int] = []
+    waited: list[int] = []
     runs: list[tuple[str, int]] = []
 
     async def handler(ctx: RunContext) -> None:
-        lateness.append(time.time_ns() // 1_000_000 - ctx.slot - ctx.jitter_ms)
+        gross.append(time.time_ns() // 1_000_000 - ctx.slot)
+        waited.append(ctx.jitter_ms)
         runs.append((ctx.job, ctx.slot))
 
-    scheduler = Scheduler(SqliteBackend(path), instance_id=instance_id, jitter_ms=jitter_ms)
+    scheduler = Scheduler(
+        SqliteBackend(path), instance_id=instance_id, jitter_ms=jitter_ms, candidates=candidates
+    )
     for name, interval in job_names(jobs):
         scheduler.every(name, interval, handler)
     await scheduler.start()
@@ -85,19 +106,27 @@ async def run_instance(
         "started": started,
         "stopped": stopped,
         "cpu_s": cpu,
-        "lateness": lateness,
+        "gross": gross,
+        "waited": waited,
         "runs": runs,
         "stats": dict(scheduler.stats),
     }
 
 
 def _child(
-    path: str, jobs: int, seconds: float, jitter_ms: int, index: int, barrier: Barrier, out: str
+    path: str,
+    jobs: int,
+    seconds: float,
+    jitter_ms: int,
+    candidates: int | None,
+    index: int,
+    barrier: Barrier,
+    out: str,
 ) -> None:
     """One process of the multi-process run: start together, stop at a shared deadline."""
     barrier.wait()
     until = _wall_ms() + int(seconds * 1000)
-    result = asyncio.run(run_instance(path, jobs, until, jitter_ms, f"bench-{index}"))
+    result = asyncio.run(run_instance(path, jobs, until, jitter_ms, f"bench-{index}", candidates))
     Path(out).write_text(json.dumps(result))
 
 
@@ -106,7 +135,18 @@ class Outcome:
     """The merged results of one configuration."""
 
     label: str
-    lateness: list[int]
+    gross: list[int]
+    """Handler start - slot, sorted."""
+    net: list[int]
+    """Handler start - slot - ``ctx.jitter_ms``, sorted."""
+    waited: list[int]
+    """``ctx.jitter_ms`` of every run, sorted."""
+    claims: int
+    """Claims sent (every outcome), all processes."""
+    expired: int
+    """Claims answered (or given up) past the slot's horizon."""
+    retries: int
+    """Store calls retried (claims given up on after half their time left, errors)."""
     runs_per_s: float
     due: int
     ran_in_window: int
@@ -131,9 +171,16 @@ def merge(label: str, jobs: int, jitter_ms: int, results: Sequence[dict[str, Any
     seconds = (last - first) / 1000
     cpu = sum(r["cpu_s"] for r in results)
     span = statistics.mean((r["stopped"] - r["started"]) / 1000 for r in results)
+    gross = [x for r in results for x in r["gross"]]
+    waited = [w for r in results for w in r["waited"]]
     return Outcome(
         label=label,
-        lateness=sorted(x for r in results for x in r["lateness"]),
+        gross=sorted(gross),
+        net=sorted(g - w for g, w in zip(gross, waited, strict=True)),
+        waited=sorted(waited),
+        claims=sum(v for r in results for k, v in r["stats"].items() if k.startswith("claim_")),
+        expired=sum(r["stats"].get("claim_expired", 0) for r in results),
+        retries=sum(r["stats"].get("store_retries", 0) for r in results),
         runs_per_s=ran / seconds if seconds > 0 else 0.0,
         due=due,
         ran_in_window=ran,
@@ -143,16 +190,22 @@ def merge(label: str, jobs: int, jitter_ms: int, results: Sequence[dict[str, Any
     )
 
 
-def single(tmp: Path, jobs: int, seconds: float, jitter_ms: int) -> Outcome:
-    path = str(tmp / f"single-{jitter_ms}.db")
-    result = asyncio.run(
-        run_instance(path, jobs, _wall_ms() + int(seconds * 1000), jitter_ms, "bench-0")
-    )
-    return merge(f"1 process, jitter_ms={jitter_ms}", jobs, jitter_ms, [result])
+def _label(procs: int, jitter_ms: int, candidates: int | None) -> str:
+    who = "1 process" if procs == 1 else f"{procs} processes"
+    return f"{who}, candidates={candidates}, jitter_ms={jitter_ms}"
 
 
-def multi(tmp: Path, jobs: int, seconds: float, jitter_ms: int, procs: int) -> Outcome:
-    path = str(tmp / f"multi-{jitter_ms}.db")
+def single(tmp: Path, jobs: int, seconds: float, jitter_ms: int, candidates: int | None) -> Outcome:
+    path = str(tmp / f"single-{jitter_ms}-{candidates}.db")
+    until = _wall_ms() + int(seconds * 1000)
+    result = asyncio.run(run_instance(path, jobs, until, jitter_ms, "bench-0", candidates))
+    return merge(_label(1, jitter_ms, candidates), jobs, jitter_ms, [result])
+
+
+def multi(
+    tmp: Path, jobs: int, seconds: float, jitter_ms: int, procs: int, candidates: int | None
+) -> Outcome:
+    path = str(tmp / f"multi-{jitter_ms}-{candidates}.db")
 
     async def create_layout() -> None:
         backend = SqliteBackend(path)
@@ -162,9 +215,12 @@ def multi(tmp: Path, jobs: int, seconds: float, jitter_ms: int, procs: int) -> O
     asyncio.run(create_layout())
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(procs)
-    outs = [str(tmp / f"multi-{jitter_ms}-{i}.json") for i in range(procs)]
+    outs = [str(tmp / f"multi-{jitter_ms}-{candidates}-{i}.json") for i in range(procs)]
     workers = [
-        ctx.Process(target=_child, args=(path, jobs, seconds, jitter_ms, i, barrier, outs[i]))
+        ctx.Process(
+            target=_child,
+            args=(path, jobs, seconds, jitter_ms, candidates, i, barrier, outs[i]),
+        )
         for i in range(procs)
     ]
     for w in workers:
@@ -174,29 +230,51 @@ def multi(tmp: Path, jobs: int, seconds: float, jitter_ms: int, procs: int) -> O
         if w.exitcode != 0:
             raise RuntimeError(f"lateness worker {w.pid} exited with {w.exitcode}")
     results = [json.loads(Path(o).read_text()) for o in outs]
-    return merge(f"{procs} processes, jitter_ms={jitter_ms}", jobs, jitter_ms, results)
+    return merge(_label(procs, jitter_ms, candidates), jobs, jitter_ms, results)
 
 
 def report(outcomes: Sequence[Outcome], jobs: int, seconds: float) -> None:
     rows = []
     for o in outcomes:
-        lat = o.lateness
+        gross, net = o.gross, o.net
         rows.append(
             (
                 o.label,
-                percentile(lat, 50),
-                percentile(lat, 99),
-                lat[-1] if lat else float("nan"),
+                percentile(gross, 50),
+                percentile(gross, 99),
+                gross[-1] if gross else float("nan"),
+                percentile(net, 50),
+                percentile(net, 99),
+                f"{percentile(o.waited, 50):.0f} / {percentile(o.waited, 99):.0f} / "
+                f"{o.waited[-1] if o.waited else 0}",
                 o.runs_per_s,
                 f"{o.ran_in_window:,}/{o.due:,}",
+                o.claims / max(len(o.gross), 1),
+                o.expired,
+                o.retries,
                 o.doubled,
                 o.cpu_pct,
             )
         )
     print_table(
         f"lateness: {jobs:,} jobs (half every 1s, half every 2s), {seconds:g} s per configuration;"
-        " lateness = handler start - slot - ctx.jitter_ms",
-        ("configuration", "p50 ms", "p99 ms", "max ms", "runs/s", "ran/due", "ran twice", "CPU %"),
+        " gross = handler start - slot; net = gross - ctx.jitter_ms",
+        (
+            "configuration",
+            "gross p50",
+            "gross p99",
+            "gross max",
+            "net p50",
+            "net p99",
+            "jitter_ms p50/p99/max",
+            "runs/s",
+            "ran/due",
+            "claims/run",
+            "expired",
+            "retries",
+            "ran twice",
+            "CPU %",
+        ),
         rows,
     )
     for o in outcomes:
@@ -205,22 +283,35 @@ def report(outcomes: Sequence[Outcome], jobs: int, seconds: float) -> None:
     print("CPU % = process CPU time / wall time, summed over processes (100 % = one core)")
 
 
+def _candidates(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.lateness", description=__doc__)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--procs", type=int, default=4)
     parser.add_argument("--jitter-ms", type=int, default=500, help="the non-zero configuration")
+    parser.add_argument(
+        "--candidates",
+        type=_candidates,
+        default=DEFAULT_CANDIDATES,
+        help="candidates of the ranked configurations: an int, or none (default 2)",
+    )
     args = parser.parse_args(argv)
     print(f"== lateness ==\n{machine()}")
     with tempfile.TemporaryDirectory(prefix="anarchon-bench-") as name:
         tmp = Path(name)
+        k = args.candidates
         outcomes = [
-            single(tmp, args.jobs, args.seconds, 0),
-            single(tmp, args.jobs, args.seconds, args.jitter_ms),
-            multi(tmp, args.jobs, args.seconds, 0, args.procs),
-            multi(tmp, args.jobs, args.seconds, args.jitter_ms, args.procs),
+            single(tmp, args.jobs, args.seconds, 0, k),
+            single(tmp, args.jobs, args.seconds, args.jitter_ms, k),
+            multi(tmp, args.jobs, args.seconds, 0, args.procs, k),
+            multi(tmp, args.jobs, args.seconds, args.jitter_ms, args.procs, k),
         ]
+        if k is not None:  # the unranked path: every process claims after a random wait
+            outcomes.append(multi(tmp, args.jobs, args.seconds, args.jitter_ms, args.procs, None))
         report(outcomes, args.jobs, args.seconds)
         print(f"SQLite file on {filesystem(name)}")
     failed = [o for o in outcomes if o.doubled]
