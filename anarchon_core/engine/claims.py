@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..backend import EARLY_TOLERANCE_MS, Backend, Claim, ClaimRequest, Lease, TakeoverRequest
-from ..errors import BackendUnavailable
 from ..job import Job
 from ..records import Origin, Outcome
 from .runner import Attempts, BeforeStart
@@ -32,11 +31,6 @@ T = TypeVar("T")
 SKEW_SAMPLE_MAX_RTT_MS = 100
 #: A change of the measured skew by this much is logged again.
 SKEW_LOG_STEP_MS = 1000
-#: A claim's answer is awaited at most half the time left to its horizon, and at
-#: least this long, before the claim is sent again with the same tokens (a stalled
-#: connection must not hold it past its horizon). Long enough for a store to reconnect:
-#: a short horizon (a job every 200 ms) then gets one try, as long as the horizon.
-MIN_CLAIM_TRY_S = 0.25
 #: How long stop() waits for the answers of claims and takeovers in flight, to give
 #: back what they won (a request still unanswered then leaves its lease to expire).
 STOP_REQUEST_WAIT_S = 2.0
@@ -194,12 +188,7 @@ class Claimer:
             if len(requests) == 1
             else self.backend.claim_many(requests)
         )
-        left_s = (min(r.slot + r.horizon_ms for r in requests) - sent) / 1000
-        claims = await self.uncut(
-            call,
-            functools.partial(won_leases, requests),
-            within=max(left_s / 2, MIN_CLAIM_TRY_S),
-        )
+        claims = await self.uncut(call, functools.partial(won_leases, requests))
         latency = loop.time() - sent_at
         received = self.config.clock()
         first = claims[0].store_now if claims else None
@@ -233,24 +222,14 @@ class Claimer:
         self.telemetry.skew(sample)
 
     # -- requests a stop may cut off ------------------------------------------------------
-    async def uncut(
-        self, call: Awaitable[T], won: Callable[[T], list[Lease]], *, within: float | None = None
-    ) -> T:
+    async def uncut(self, call: Awaitable[T], won: Callable[[T], list[Lease]]) -> T:
         """Await a store request that may start leases; a stop that cancels the caller
         does not cut the request off: it reads the answer and gives ``won(answer)``
-        back (see :meth:`give_back_cut_requests`).
-
-        With ``within`` (seconds), an answer that takes longer is given up on: the
-        caller sends the request again with the same tokens, and that answer decides
-        (a store answers a repeated token as the first).
-        """
+        back (see :meth:`give_back_cut_requests`)."""
         request = asyncio.ensure_future(call)
         self._requests[request] = won
-        done, _ = await asyncio.wait({request}, timeout=within)  # a cancel: the stop reads it
+        await asyncio.wait({request})  # a cancel: the stop reads the answer
         self._requests.pop(request, None)
-        if not done:
-            request.add_done_callback(_retrieve)
-            raise BackendUnavailable(f"no answer within {within:.2f} s")
         return request.result()
 
     async def give_back_cut_requests(self, jobs: dict[str, Job]) -> set[asyncio.Future[Any]]:
@@ -276,12 +255,6 @@ class Claimer:
             for lease in won:
                 self.log.warn("won while stopping: not run", job=jobs[lease.job], slot=lease.slot)
         return pending
-
-
-def _retrieve(request: asyncio.Future[Any]) -> None:
-    """An abandoned request's outcome is read (so that its error is not reported)."""
-    if not request.cancelled():
-        request.exception()
 
 
 async def _listed(call: Awaitable[T]) -> list[T]:
