@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from ..backend import Backend
+from ..backend import Backend, InstanceInfo
 from ..errors import BackendUnavailable, SchedulerStateError
 from ..job import MAX_MISFIRE_GRACE_MS, Job
 from .backups import Backups
@@ -107,7 +107,7 @@ class Engine:
         """The last measured clock skew, store − local."""
         return self.claimer.skew_ms
 
-    def instance_info(self) -> Any:
+    def instance_info(self) -> InstanceInfo:
         """This instance's registry entry (see :meth:`.Registry.instance_info`)."""
         return self.registry.instance_info()
 
