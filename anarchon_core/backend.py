@@ -35,6 +35,7 @@ from .records import HistoryQuery, Origin, Outcome, RunRecord, Status
 from .redact import brief
 
 __all__ = [
+    "DEFINITION_BACKENDS",
     "EARLY_TOLERANCE_MS",
     "LEASE_BACKENDS",
     "MAX_ERROR_CHARS",
@@ -50,6 +51,7 @@ __all__ = [
     "InstanceInfo",
     "Lease",
     "PruneScope",
+    "StoredDefinition",
     "TakeoverRequest",
     "bound_error",
     "instance_json",
@@ -66,6 +68,11 @@ SCHEMA_VERSION = 1
 
 #: Named in the error a claim-only backend gives for a lease-only feature.
 LEASE_BACKENDS = "sqlite://, postgresql://, redis://?strategy=lease"
+
+#: Named in the error of a store that keeps no job definitions.
+DEFINITION_BACKENDS = (
+    "sqlite://, postgresql://, django:// (MySQL/MariaDB too), redis://?strategy=lease, nats://"
+)
 
 #: Largest ``error`` text kept in history, in characters.
 MAX_ERROR_CHARS = 2000
@@ -129,6 +136,20 @@ class ClaimRequest:
     horizon_ms: int
     skip_overlap: bool
     fingerprint: str = ""
+    version: int | None = None
+    """The stored definition's version the claiming replica planned with (``None``: a
+    code job, not checked). Another version, or none, is answered ``STALE``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDefinition:
+    """One job definition as a store keeps it: its store name, the version the store
+    issued at its last change, and its JSON text (``None``: removed, a tombstone kept
+    so that replicas reading changes since a version learn of the removal)."""
+
+    job: str
+    version: int
+    body: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +372,11 @@ class Backend(ABC):
         ``WON`` again if that token holds the run and its lease is live by the store's
         clock; ``LAPSED`` (nothing written) if that token holds the run but its lease has
         expired: the attempt must not start, and a backup takes the run over.
+
+        A request with a ``version`` (a stored definition's) is checked after the horizon
+        and before pause: unless the store holds that very version of the job's
+        definition, the answer is ``STALE`` and nothing is written. A run already decided
+        is still answered ``TAKEN``.
         """
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
@@ -497,6 +523,43 @@ class Backend(ABC):
         """
         PruneScope.of(jobs, namespace)
         return 0
+
+    # -- job definitions ----------------------------------------------------------------
+    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
+        """Store (``body``) or remove (``None``) the definition of ``job``; return its new
+        version, in one atomic step.
+
+        The version comes from one counter per store, issued in commit order: every
+        change gets a higher one than every change committed before it, so a replica
+        that read changes up to ``v`` finds all later ones with :meth:`definitions_since`.
+        ``expected`` is the version the writer read (0: none, it must not exist; ``None``:
+        whatever it is). A removal keeps a tombstone (``body`` ``None``) with its version;
+        removing a definition that does not exist writes nothing and returns 0.
+
+        :raises ConflictError: the store holds another version than ``expected`` (with
+            the version it holds; 0 for none); nothing was written.
+        """
+        raise CapabilityError(
+            f"{self.describe()} keeps no job definitions; use a store that does "
+            f"({DEFINITION_BACKENDS})"
+        )
+
+    async def definitions_since(self, version: int) -> list[StoredDefinition]:
+        """Every definition (tombstones included) changed after ``version``, by version.
+
+        ``0`` reads them all. One store request; the changes of one write are never split.
+        """
+        raise CapabilityError(
+            f"{self.describe()} keeps no job definitions; use a store that does "
+            f"({DEFINITION_BACKENDS})"
+        )
+
+    async def definitions_version(self) -> int:
+        """The newest version the store has issued (0: none yet): what replicas poll."""
+        raise CapabilityError(
+            f"{self.describe()} keeps no job definitions; use a store that does "
+            f"({DEFINITION_BACKENDS})"
+        )
 
     # -- operations (lease backends) ------------------------------------------------
     async def set_paused(self, job: str, paused: bool) -> None:

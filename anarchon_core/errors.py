@@ -6,6 +6,7 @@
     ├── ConfigurationError (ValueError)   bad input at definition or start time
     │   └── CapabilityError               a feature the chosen backend cannot honour
     ├── SchedulerStateError (RuntimeError) start() on a running scheduler, and the like
+    ├── ConflictError                     an edit named a definition version that is gone
     ├── RunCancelled                      raised by ctx.raise_if_cancelled() in a handler
     └── BackendError                      the store failed
         ├── BackendUnavailable            could not reach the store (retried with backoff)
@@ -26,6 +27,7 @@ __all__ = [
     "BackendUnavailable",
     "CapabilityError",
     "ConfigurationError",
+    "ConflictError",
     "RunCancelled",
     "SchedulerStateError",
     "SchemaVersionError",
@@ -66,6 +68,18 @@ class CapabilityError(ConfigurationError):
 
 class SchedulerStateError(AnarchonError, RuntimeError):
     """An operation does not fit the scheduler's current state (e.g. starting it twice)."""
+
+
+class ConflictError(AnarchonError):
+    """An edit of a stored definition named a version the store no longer holds.
+
+    Someone changed (or removed, or created) the definition since it was read: read it
+    again and redo the edit. ``current`` is the version the store holds (0: none).
+    """
+
+    def __init__(self, message: str, *, current: int) -> None:
+        super().__init__(message)
+        self.current = current
 
 
 class RunCancelled(AnarchonError):

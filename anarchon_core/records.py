@@ -87,6 +87,8 @@ class Outcome(StrEnum):
     BLOCKED = "blocked"  # takeover/retry must wait: another run of the job is live
     LAPSED = "lapsed"  # a repeat by the token that won, whose lease has since expired:
     # it runs nothing (a backup takes the run over), and nothing was written
+    STALE = "stale"  # the claim named a definition version the store no longer holds (the
+    # job was changed, disabled or removed since the replica planned it): nothing written
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ local time zone, the time the process started, or the ``TZ`` variable.
   fires at :00, :10, :20 ... whenever each replica happened to start.
 * :class:`Cron` evaluates a cron expression (parsed and matched by ``croniter``) in an IANA
   zone, with the daylight-saving rules of classic (Vixie/ISC) cron; see ``docs/schedules.md``.
+* :class:`At` has one slot (a one-off), and :class:`Window` bounds another schedule's slots
+  to ``[start_at, end_at]``: these two run out, and then answer :data:`NO_SLOT`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ from .durations import format_duration_ms, parse_duration_ms
 from .errors import ConfigurationError, refusing
 from .redact import brief
 
-__all__ = ["Cron", "Every", "Schedule", "from_canonical"]
+__all__ = [
+    "NO_SLOT",
+    "At",
+    "Cron",
+    "Every",
+    "Schedule",
+    "Window",
+    "format_instant_ms",
+    "from_canonical",
+    "parse_instant_ms",
+]
 
 _UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -43,6 +55,10 @@ _MAX_MS = (dt.datetime(_END_YEAR, 1, 1, tzinfo=_UTC) - _EPOCH) // _ONE_MS
 #: Bumped if the meaning of a definition ever changes, so that replicas on different
 #: versions report different fingerprints instead of silently computing different slots.
 _SEMANTICS = "v1"
+#: What :meth:`Schedule.next_slot` of a schedule that has run out (:class:`At`,
+#: :class:`Window`) returns: later than every slot, so that ``slot < NO_SLOT`` holds for
+#: every real one. The unbounded schedules never return it.
+NO_SLOT = _MAX_MS + 1
 
 
 class Schedule(ABC):
@@ -97,7 +113,9 @@ _MAX_CANONICAL = 2000
 _CANONICAL = re.compile(
     r"every/(?P<e>\w+) interval_ms=(?P<interval>\d+) offset_ms=(?P<offset>\d+)"
     r"|cron/(?P<c>\w+) (?P<fields>[^=]+) tz=(?P<tz>\S+) day_or=(?P<day_or>[01])"
+    r"|at/(?P<a>\w+) at_ms=(?P<at>-?\d+)"
 )
+_WINDOW = re.compile(r"(?P<inner>.+) window start_ms=(?P<start>-?\d+|-) end_ms=(?P<end>-?\d+|-)")
 
 
 def from_canonical(text: str) -> Schedule:
@@ -110,15 +128,21 @@ def from_canonical(text: str) -> Schedule:
         version's semantics (a custom schedule, or a newer anarchon).
     """
     ok = isinstance(text, str) and len(text) <= _MAX_CANONICAL
+    window = _WINDOW.fullmatch(text) if ok else None
+    if window is not None:
+        start, end = (None if v == "-" else int(v) for v in (window["start"], window["end"]))
+        return Window(from_canonical(window["inner"]), start_at=start, end_at=end)
     match = _CANONICAL.fullmatch(text) if ok else None
-    if match is None or (match["e"] or match["c"]) != _SEMANTICS:
+    if match is None or (match["e"] or match["c"] or match["a"]) != _SEMANTICS:
         raise ConfigurationError(
-            f"schedule {brief(text)} is not the canonical text of an Every or Cron schedule "
-            f"of semantics {_SEMANTICS}"
+            f"schedule {brief(text)} is not the canonical text of an Every, Cron, At or "
+            f"Window schedule of semantics {_SEMANTICS}"
         )
     if match["e"]:  # as strings: the duration bounds apply before any arithmetic
         offset = match["offset"].lstrip("0")
         return Every(f"{match['interval']}ms", f"{offset}ms" if offset else None)
+    if match["a"]:
+        return At(int(match["at"]))
     return Cron(match["fields"], match["tz"], day_or=match["day_or"] == "1")
 
 
@@ -520,3 +544,167 @@ class Cron(Schedule):
 def _make_cron(expression: str, tz: str, day_or: bool) -> Cron:
     """Unpickle a :class:`Cron` (its croniter pool is rebuilt, not copied)."""
     return Cron(expression, tz, day_or=day_or)
+
+
+# --------------------------------------------------------------------------- bounded
+
+_INSTANT_FORM = (
+    "give an ISO 8601 date and time with its UTC offset, such as '2026-12-24T18:00:00+02:00' "
+    "or '2026-12-24T16:00:00Z', a datetime with a tzinfo, or integer epoch milliseconds"
+)
+
+
+def parse_instant_ms(value: object, *, what: str = "instant") -> int:
+    """An instant as epoch ms: ISO 8601 text with an offset, an aware datetime, or ms.
+
+    A time without an offset is refused: replicas in different zones would read it as
+    different instants.
+    """
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ConfigurationError(
+                f"{what} {brief(value)} is not valid: {_INSTANT_FORM}"
+            ) from None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ConfigurationError(
+                f"{what} {brief(str(value))} is not valid: it has no UTC offset; {_INSTANT_FORM}"
+            )
+        ms = (value - _EPOCH) // _ONE_MS
+    elif isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    else:
+        raise ConfigurationError(f"{what} {brief(value)} is not valid: {_INSTANT_FORM}")
+    if not _MIN_MS <= ms <= _MAX_MS:
+        raise ConfigurationError(
+            f"{what} {brief(value)} is not valid: it lies outside the years {_FIRST_YEAR} to "
+            f"{_END_YEAR - 1}"
+        )
+    return ms
+
+
+def format_instant_ms(ms: int) -> str:
+    """Epoch ms as ISO 8601 UTC text to the millisecond (``2026-12-24T16:00:00.000Z``)."""
+    t = _utc(ms)
+    return f"{t:%Y-%m-%dT%H:%M:%S}.{t.microsecond // 1000:03d}Z"
+
+
+class At(Schedule):
+    """One slot, at ``instant``: a one-off run (the store's claim makes it run once)."""
+
+    __slots__ = ("_at_ms",)
+
+    def __init__(self, instant: str | dt.datetime | int) -> None:
+        with refusing("at"):
+            self._at_ms = parse_instant_ms(instant, what="at")
+
+    @property
+    def at_ms(self) -> int:
+        return self._at_ms
+
+    @property
+    def tz(self) -> str:
+        return "UTC"
+
+    def next_slot(self, after_ms: int) -> int:
+        return self._at_ms if operator.index(after_ms) < self._at_ms else NO_SLOT
+
+    def slots_between(self, start_ms: int, end_ms: int, *, limit: int | None = None) -> list[int]:
+        cap = _check_limit(limit)
+        if cap == 0 or not operator.index(start_ms) < self._at_ms <= operator.index(end_ms):
+            return []
+        return [self._at_ms]
+
+    def describe(self) -> str:
+        return f"at {format_instant_ms(self._at_ms)}"
+
+    def canonical(self) -> str:
+        return f"at/{_SEMANTICS} at_ms={self._at_ms}"
+
+    def __repr__(self) -> str:
+        return f"At({format_instant_ms(self._at_ms)!r})"
+
+
+class Window(Schedule):
+    """The slots of ``inner`` from ``start_at`` to ``end_at`` (both included, either open).
+
+    ``start_at`` bounds the first slot: it is not "the first run" (the first run is the
+    first slot at or after it). ``end_at`` is the last instant a slot may have.
+    """
+
+    __slots__ = ("_end", "_inner", "_start")
+
+    def __init__(
+        self,
+        inner: Schedule,
+        *,
+        start_at: str | dt.datetime | int | None = None,
+        end_at: str | dt.datetime | int | None = None,
+    ) -> None:
+        if not isinstance(inner, Schedule) or isinstance(inner, Window):
+            raise ConfigurationError(
+                f"window schedule {brief(inner)} is not valid: give an Every, Cron or At"
+            )
+        self._inner = inner
+        with refusing("start_at"):
+            self._start = None if start_at is None else parse_instant_ms(start_at, what="start_at")
+        with refusing("end_at"):
+            self._end = None if end_at is None else parse_instant_ms(end_at, what="end_at")
+        if self._start is not None and self._end is not None and self._end < self._start:
+            raise ConfigurationError(
+                f"end_at {format_instant_ms(self._end)} is before start_at "
+                f"{format_instant_ms(self._start)}: give an end at or after the start"
+            )
+
+    @property
+    def inner(self) -> Schedule:
+        return self._inner
+
+    @property
+    def start_ms(self) -> int | None:
+        return self._start
+
+    @property
+    def end_ms(self) -> int | None:
+        return self._end
+
+    @property
+    def tz(self) -> str:
+        return self._inner.tz
+
+    def next_slot(self, after_ms: int) -> int:
+        after = operator.index(after_ms)
+        if self._start is not None:
+            after = max(after, self._start - 1)
+        if self._end is not None and after >= self._end:
+            return NO_SLOT
+        try:
+            slot = self._inner.next_slot(after)
+        except ConfigurationError:  # no slot before the end of the calendar
+            return NO_SLOT
+        return slot if self._end is None or slot <= self._end else NO_SLOT
+
+    def slots_between(self, start_ms: int, end_ms: int, *, limit: int | None = None) -> list[int]:
+        lo = operator.index(start_ms) if self._start is None else max(start_ms, self._start - 1)
+        hi = operator.index(end_ms) if self._end is None else min(end_ms, self._end)
+        if hi <= lo:
+            return []
+        return self._inner.slots_between(lo, hi, limit=limit)
+
+    def describe(self) -> str:
+        text = self._inner.describe()
+        if self._start is not None:
+            text += f" from {format_instant_ms(self._start)}"
+        if self._end is not None:
+            text += f" until {format_instant_ms(self._end)}"
+        return text
+
+    def canonical(self) -> str:
+        start = "-" if self._start is None else self._start
+        end = "-" if self._end is None else self._end
+        return f"{self._inner.canonical()} window start_ms={start} end_ms={end}"
+
+    def __repr__(self) -> str:
+        return f"Window({self._inner!r}, start_at={self._start!r}, end_at={self._end!r})"

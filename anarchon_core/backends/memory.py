@@ -27,13 +27,14 @@ from ..backend import (
     InstanceInfo,
     Lease,
     PruneScope,
+    StoredDefinition,
     TakeoverRequest,
     bound_error,
     instance_json,
     overlap_reason,
     wall_clock_ms,
 )
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ConflictError
 from ..records import (
     TERMINAL_STATUSES,
     HistoryQuery,
@@ -76,6 +77,9 @@ class MemoryBackend(Backend):
         self.paused: set[str] = set()
         # instance id -> (its info as JSON, last_seen set by this store; expiry in ms)
         self._instances: dict[str, tuple[str, int]] = {}
+        # job -> its stored definition (a removed one: body None); the newest version
+        self._definitions: dict[str, StoredDefinition] = {}
+        self._definitions_version = 0
 
     @classmethod
     def from_url(cls, url: str) -> MemoryBackend:
@@ -109,6 +113,8 @@ class MemoryBackend(Backend):
             return Claim(Outcome.EXPIRED, store_now=now)
         if request.slot > now + EARLY_TOLERANCE_MS:
             return Claim(Outcome.EARLY, store_now=now)
+        if request.version is not None and not self._holds(request.job, request.version):
+            return Claim(Outcome.STALE, store_now=now)
         if request.job in self.paused:
             self._mark_nothing_ran(request, Status.PAUSED, now)
             return Claim(Outcome.PAUSED, store_now=now)
@@ -159,6 +165,31 @@ class MemoryBackend(Backend):
             now,
             why,
         )
+
+    def _holds(self, job: str, version: int) -> bool:
+        stored = self._definitions.get(job)
+        return stored is not None and stored.body is not None and stored.version == version
+
+    # -- job definitions -----------------------------------------------------------
+    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
+        stored = self._definitions.get(job)
+        current = stored.version if stored is not None and stored.body is not None else 0
+        if expected is not None and expected != current:
+            raise ConflictError(
+                f"definition {job!r} is at version {current}, not {expected}", current=current
+            )
+        if body is None and current == 0:  # nothing to remove
+            return 0
+        self._definitions_version += 1
+        self._definitions[job] = StoredDefinition(job, self._definitions_version, body)
+        return self._definitions_version
+
+    async def definitions_since(self, version: int) -> list[StoredDefinition]:
+        changed = [d for d in self._definitions.values() if d.version > version]
+        return sorted(changed, key=lambda d: d.version)
+
+    async def definitions_version(self) -> int:
+        return self._definitions_version
 
     @staticmethod
     def _repeat(run: _Run, now: int) -> Claim:

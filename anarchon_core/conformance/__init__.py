@@ -34,6 +34,8 @@ its tests and nothing else)::
   release, takeover, retries, history and prune.
 - :mod:`~anarchon_core.conformance.operations`: pause, manual runs, cancel and the
   instance registry (a claim-only store skips what it does not offer).
+- :mod:`~anarchon_core.conformance.definitions`: job definitions kept in the store and
+  the version a claim checks (a store that keeps none is skipped).
 - :mod:`~anarchon_core.conformance.plugin`: the ``runner`` fixture and the hook that
   runs ``async def`` tests. ``pytest_plugins`` works only in the rootdir's
   ``conftest.py``; a deeper one imports ``pytest_pyfunc_call`` and ``runner`` from it.
@@ -52,7 +54,9 @@ import pytest
 # Before the import: pytest explains a failed ``assert`` of these modules as it does
 # in a test module's (nothing happens outside a pytest run).
 pytest.register_assert_rewrite(
-    "anarchon_core.conformance.contract", "anarchon_core.conformance.operations"
+    "anarchon_core.conformance.contract",
+    "anarchon_core.conformance.definitions",
+    "anarchon_core.conformance.operations",
 )
 
 from anarchon_core.conformance import contract, operations  # noqa: E402

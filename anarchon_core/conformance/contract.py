@@ -65,6 +65,7 @@ def claim_request(
     horizon_ms: int = HOUR,
     skip_overlap: bool = True,
     instance_id: str = "host-a:1:aaaaaa",
+    version: int | None = None,
 ) -> ClaimRequest:
     """A claim of ``slot`` (by default of job ``JOB``, a fresh token, a live lease)."""
     return ClaimRequest(
@@ -77,6 +78,7 @@ def claim_request(
         horizon_ms=horizon_ms,
         skip_overlap=skip_overlap,
         fingerprint="every:10s",
+        version=version,
     )
 
 
