@@ -234,6 +234,8 @@ class InstanceInfo:
     jobs: dict[str, dict[str, Any]]
     skew_ms: int = 0
     """The instance's last measured clock skew, store − local (docs/guarantees.md)."""
+    targets: tuple[str, ...] = ()
+    """The targets the instance holds: a stored definition runs only where its target is."""
     jobs_json: str = field(default="", compare=False, repr=False)
     """``jobs`` as JSON text, if its builder encoded it once (an engine refreshes its
     entry every heartbeat with the same jobs: 1,000 jobs are 300 KB of JSON); empty:
@@ -250,11 +252,13 @@ class InstanceInfo:
             "last_seen": self.last_seen,
             "jobs": self.jobs,
             "skew_ms": self.skew_ms,
+            "targets": list(self.targets),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> InstanceInfo:
-        """Read :meth:`to_json`'s shape back (``skew_ms`` may be missing: older writers)."""
+        """Read :meth:`to_json`'s shape back (``skew_ms`` and ``targets`` may be missing:
+        older writers)."""
         return cls(
             instance_id=str(data["instance_id"]),
             host=str(data["host"]),
@@ -264,6 +268,7 @@ class InstanceInfo:
             last_seen=int(data["last_seen"]),
             jobs=dict(data["jobs"]),
             skew_ms=int(data.get("skew_ms", 0)),
+            targets=tuple(str(t) for t in data.get("targets", ())),
         )
 
 

@@ -59,6 +59,7 @@ MAX_DESCRIPTION, MAX_REASON = 1000, 500
 #: A whole definition's JSON text is at most this many bytes (what a store row holds).
 MAX_DEFINITION_BYTES = 32_768
 
+NAME_FORM = "1-200 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit"
 TARGET_FORM = "1-200 characters from A-Z a-z 0-9 _ . : -, starting with a letter or digit"
 SCHEDULE_FORM = (
     "give {'every': '10s'} (optionally with 'offset'), {'cron': '0 3 * * *'} (optionally "
@@ -184,7 +185,12 @@ class Definition:
     ) -> Definition:
         """A checked definition; a bad value raises a :class:`ConfigurationError` naming it."""
         with refusing("job name"):
-            validate_job_name(name)
+            validate_job_name(name, what="definition name")
+            if ":" in name:
+                raise ConfigurationError(
+                    f"definition name {brief(name)} is not valid: it may not contain ':', "
+                    f"which separates the namespace; use {NAME_FORM}"
+                )
         where = f"definition {name!r}"
         with refusing("target"):
             validate_target(target)

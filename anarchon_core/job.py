@@ -163,6 +163,9 @@ class Job:
     """Option names given explicitly (on the job or the scheduler), for capability checks."""
     fingerprint: str
     """A short hash of what replicas must agree on: the schedule and the run options."""
+    version: int | None = None
+    """The stored definition's version this job was built from (``None``: a code job);
+    its claims name it, so that the store refuses them once the definition changed."""
 
     @classmethod
     def define(
@@ -216,6 +219,7 @@ class Job:
             "tz": self.schedule.tz,
             "canonical": self.schedule.canonical(),
             "fingerprint": self.fingerprint,
+            "version": self.version,
             "options": {
                 "jitter_ms": options.jitter_ms,
                 "timeout_ms": options.timeout_ms,

@@ -8,6 +8,7 @@ running state lives in :mod:`anarchon_core.engine` between ``start()`` and ``sto
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -19,9 +20,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import operations
+from . import operations, stored_jobs
 from .backend import LEASE_BACKENDS, Backend, InstanceInfo, local_note, wall_clock_ms
 from .backends import DEFAULT_URL, backend_from_url
+from .definitions import Definition, validate_target
 from .durations import MAX_DURATION_MS, parse_duration_ms, validate_ms
 from .engine import Engine, EngineConfig
 from .engine.candidates import DEFAULT_CANDIDATES, MAX_CANDIDATES, check_candidates
@@ -145,6 +147,8 @@ class Scheduler:
         self._defaults = check_retries(JobOptions(**checked), "Scheduler")
         self._explicit_defaults = frozenset(checked)
         self._jobs: dict[str, Job] = {}
+        #: Handlers that stored definitions may name, by target name.
+        self._targets: dict[str, Callable[..., Any]] = {}
         self._engine: Engine | None = None
         self._lock = threading.Lock()
         self.metrics_registry = metrics_registry
@@ -336,6 +340,135 @@ class Scheduler:
 
         return decorate
 
+    # -- targets: what stored definitions may run --------------------------------------
+    @property
+    def targets(self) -> Mapping[str, Callable[..., Any]]:
+        """The registered targets by name (read-only)."""
+        return MappingProxyType(self._targets)
+
+    def add_target(self, name: str, handler: Callable[..., Any]) -> None:
+        """Let stored definitions run ``handler(ctx, *args, **kwargs)`` as target ``name``.
+
+        A store never supplies code: a definition names one of these, and runs only on
+        the instances that registered it (each publishes its targets in the registry).
+
+        :raises ConfigurationError: a bad name, a handler that takes no ``ctx``, a name
+            registered twice, or a running scheduler.
+        """
+        validate_target(name)
+        if not callable(handler):
+            raise ConfigurationError(
+                f"target {name!r}: handler {brief(handler)} is not callable: give a function "
+                "taking ctx and the definition's args and kwargs"
+            )
+        with self._lock:
+            if self._engine is not None:
+                raise SchedulerStateError(
+                    f"cannot add target {name!r} to a running scheduler: add targets before start()"
+                )
+            if name in self._targets:
+                raise ConfigurationError(f"target {name!r} is registered twice: names are unique")
+            self._targets[name] = handler
+
+    def target(self, name: str) -> Callable[[T], T]:
+        """Decorator form of :meth:`add_target`::
+
+        @scheduler.target("reports.send")
+        def send_report(ctx, report_id, *, fmt="pdf"): ...
+        """
+
+        def decorate(fn: T) -> T:
+            self.add_target(name, fn)  # type: ignore[arg-type]
+            return fn
+
+        return decorate
+
+    def _build_stored(self, definition: Definition) -> Job:
+        """The job a stored definition runs here, or why it cannot (for the engine)."""
+        if definition.name in self._jobs:
+            raise ConfigurationError(
+                f"it has the name of a code job of this scheduler; the code job runs and "
+                f"the stored definition {definition.name!r} is ignored here"
+            )
+        target = self._targets.get(definition.target)
+        if target is None:
+            held = ", ".join(sorted(self._targets)) or "none"
+            raise ConfigurationError(
+                f"target {definition.target!r} is not registered on this instance "
+                f"(registered: {held})"
+            )
+        bound = stored_jobs.bind_target(target, definition.args, definition.kwargs)
+        handler = self.prepare_handler(definition.name, bound, {}) or bound
+        job = Job.define(
+            definition.name,
+            definition.effective_schedule,
+            handler,
+            namespace=self.namespace,
+            defaults=self._defaults,
+            explicit_defaults=self._explicit_defaults,
+            options=definition.options,
+        )
+        return dataclasses.replace(
+            job, version=definition.version, fingerprint=definition.fingerprint()
+        )
+
+    # -- stored definitions ----------------------------------------------------------
+    # Each acts on the shared store, from any instance, running or not; every running
+    # instance of the namespace follows the change within one heartbeat.
+
+    async def add_definition(self, definition: Definition) -> Definition:
+        """Store a new definition in this scheduler's namespace; returns it with its version.
+
+        :raises ConflictError: one of that name exists.
+        :raises ConfigurationError: it would shadow a code job (of this scheduler, or of a
+            live instance).
+        """
+        if definition.name in self._jobs:
+            raise ConfigurationError(
+                f"definition {definition.name!r} would shadow the code job of that name: a "
+                "stored definition never does; choose another name"
+            )
+        return await self._with_store(
+            lambda backend: stored_jobs.add_definition(backend, definition, self.namespace)
+        )
+
+    async def update_definition(self, definition: Definition) -> Definition:
+        """Replace the stored definition at ``definition.version`` (the version you read).
+
+        :raises ConflictError: it changed since (read it again and redo the change).
+        """
+        return await self._with_store(
+            lambda backend: stored_jobs.update_definition(backend, definition, self.namespace)
+        )
+
+    async def remove_definition(self, name: str, *, version: int) -> None:
+        """Remove the stored definition ``name`` at ``version``: no slot of it runs after.
+
+        :raises ConflictError: it changed since ``version`` was read.
+        """
+        await self._with_store(
+            lambda backend: stored_jobs.remove_definition(backend, name, version, self.namespace)
+        )
+
+    async def get_definition(self, name: str) -> Definition | None:
+        """The stored definition ``name`` of this namespace, or ``None``."""
+        return await self._with_store(
+            lambda backend: stored_jobs.get_definition(backend, name, self.namespace)
+        )
+
+    async def definitions(self) -> list[Definition]:
+        """Every stored definition of this namespace, by name."""
+        return await self._with_store(
+            lambda backend: stored_jobs.definitions(backend, self.namespace)
+        )
+
+    async def sync_code_jobs(self) -> stored_jobs.SyncReport:
+        """Store this scheduler's code jobs as ``owner='code'`` definitions (so that
+        dashboards list and pause them) and remove those whose job left the code."""
+        return await self._with_store(
+            lambda backend: stored_jobs.sync_code_jobs(backend, self._jobs, self.namespace)
+        )
+
     # -- life cycle ----------------------------------------------------------------
     @property
     def running(self) -> bool:
@@ -390,7 +523,10 @@ class Scheduler:
                     logger=logger,
                     clock=self.clock,
                     telemetry=self._telemetry,
+                    targets=frozenset(self._targets),
                 ),
+                namespace=self.namespace,
+                build=self._build_stored if self._targets else None,
             )
             self._engine = engine
         if not self.enabled:

@@ -43,10 +43,10 @@ class Backups:
 
     async def sweep_loop(self) -> None:
         """Continue runs whose runner died or whose retry is due (any of our jobs)."""
-        names = frozenset(self.jobs)
         held = self.attempts.leases.held
         while True:
             await asyncio.sleep(self.config.heartbeat_ms * random.uniform(1, 2) / 1000)
+            names = frozenset(self.jobs)  # stored definitions come and go
             try:
                 due = await self.backend.due_runs(names)
             except Exception as exc:
@@ -66,7 +66,9 @@ class Backups:
 
     async def take_over(self, run: DueRun) -> None:
         """Claim the next attempt of ``run``; start it if won."""
-        job = self.jobs[run.job]
+        job = self.jobs.get(run.job)
+        if job is None:  # its stored definition was removed meanwhile
+            return
         horizon = self._horizon(job, run)
         request = TakeoverRequest(
             job=run.job,
@@ -92,14 +94,21 @@ class Backups:
             slot=run.slot,
         )
         if answer is not None:
-            self._settle(run, request, *answer, sent=sent)
+            self._settle(job, run, request, *answer, sent=sent)
 
     def _settle(
-        self, run: DueRun, request: TakeoverRequest, claim: Claim, latency: float, *, sent: float
+        self,
+        job: Job,
+        run: DueRun,
+        request: TakeoverRequest,
+        claim: Claim,
+        latency: float,
+        *,
+        sent: float,
     ) -> None:
-        """Act on a takeover's answer: start the attempt won, log why anything else ran
-        nothing."""
-        job, horizon = self.jobs[run.job], request.horizon_ms
+        """Act on a takeover's answer: start the attempt won (under the definition the
+        takeover was sent with), log why anything else ran nothing."""
+        horizon = request.horizon_ms
         self.telemetry.takeover(run.job, claim.outcome)
         if claim.outcome == Outcome.WON:
             what = "running a manual request" if run.reason == "manual" else "took over the run"

@@ -64,6 +64,7 @@ class PendingClaim:
             horizon_ms=self.horizon,
             skip_overlap=self.skip_overlap,
             fingerprint=self.job.fingerprint,
+            version=self.job.version,
         )
 
 
@@ -84,6 +85,9 @@ class Claimer:
         #: Claims and takeovers in flight, each with how to read the leases its answer
         #: won: a stop that cuts off their caller gives those leases back.
         self._requests: dict[asyncio.Future[Any], Callable[[Any], list[Lease]]] = {}
+        #: Called when a claim is answered ``STALE``: this instance planned with a
+        #: definition the store no longer holds, so it reads the changes at once.
+        self.on_stale: Callable[[], None] = lambda: None
 
     async def claim_runs(self, runs: list[PendingClaim]) -> list[asyncio.Task[Any] | None]:
         """Claim runs in one store request; start the won ones. One task (or ``None``)
@@ -163,6 +167,15 @@ class Claimer:
             )
         if claim.outcome in (Outcome.SKIPPED, Outcome.PAUSED):
             self.log.info("slot %s", claim.outcome, job=job, slot=slot)
+        elif claim.outcome == Outcome.STALE:
+            self.log.info(
+                "slot not claimed: the job's definition changed in the store (version %s "
+                "is gone); reading the change",
+                job.version,
+                job=job,
+                slot=slot,
+            )
+            self.on_stale()
         elif claim.outcome == Outcome.EXPIRED:
             self.log.warn("slot abandoned: claimed past its horizon", job=job, slot=slot)
         elif claim.outcome == Outcome.LAPSED:
@@ -249,6 +262,9 @@ class Claimer:
             if not request.cancelled() and request.exception() is None
             for lease in requests[request](request.result())
         ]
+        # A job whose stored definition was removed meanwhile is not given back: its
+        # lease expires on its own.
+        won = [lease for lease in won if lease.job in jobs]
         if self._lease:
             await self.attempts.give_back([(jobs[lease.job], lease) for lease in won])
         else:  # a claim-only store has no takeover: the run is not run

@@ -25,6 +25,7 @@ from .backups import Backups
 from .candidates import Candidates
 from .catch_up import CatchUp
 from .claims import Claimer
+from .definitions import Build, Follower
 from .registry import Registry
 from .runner import Attempts
 from .slots import SlotLoop
@@ -43,7 +44,15 @@ PRUNE_EVERY_S = 3600.0
 class Engine:
     """The running state of one started scheduler."""
 
-    def __init__(self, backend: Backend, jobs: Mapping[str, Job], config: EngineConfig) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        jobs: Mapping[str, Job],
+        config: EngineConfig,
+        *,
+        namespace: str | None = None,
+        build: Build | None = None,
+    ) -> None:
         self.backend = backend
         self.config = config
         self.jobs = {job.store_name: job for job in jobs.values()}
@@ -78,6 +87,22 @@ class Engine:
             skew=lambda: self.claimer.skew_ms,
             on_departed=self.slots.rescue,
         )
+        #: The stored definitions this instance plans (``build`` makes their jobs).
+        self.follower = (
+            None
+            if build is None
+            else Follower(
+                backend,
+                config,
+                self.log,
+                namespace=namespace,
+                build=build,
+                on_change=self._stored_job_changed,
+            )
+        )
+        if self.follower is not None:
+            self.claimer.on_stale = self.follower.wake
+        self._looping = False
         self._loops: set[asyncio.Future[Any]] = set()
         #: The loops that claim (the slot loop) or rank this instance (the registry).
         self._claiming: set[asyncio.Future[Any]] = set()
@@ -126,6 +151,8 @@ class Engine:
             self.log.warn("store unavailable at start, retrying: %s", exc)
             self._spawn(self._open_then_run())
             return
+        if self.follower is not None:
+            await self.follower.load()
         self._start_loops()
 
     async def _open_then_run(self) -> None:
@@ -145,6 +172,8 @@ class Engine:
                 self.log.error("anarchon cannot use its store and claims nothing: %s", exc)
                 self._fail(exc)
                 return
+        if self.follower is not None:
+            await self.follower.load()
         self._start_loops()
 
     def _start_loops(self) -> None:
@@ -166,6 +195,24 @@ class Engine:
         # The registry loop ends at once, and normally, on a store without a registry.
         self._claiming.add(self._spawn(self.registry.loop()))
         self._spawn(self._prune_loop())
+        if self.follower is not None and self.follower.kept:
+            self._spawn(self.follower.loop())
+        self._looping = True
+
+    def _stored_job_changed(self, name: str, job: Job | None) -> None:
+        """A stored definition was added, changed, disabled or removed: plan it from
+        now on (its claims name the new version), or stop planning it. A job that
+        appears (added, enabled again) is caught up by its own policy."""
+        old = self.jobs.pop(name, None)
+        if job is None:
+            self.slots.remove(name)
+        else:
+            self.jobs[name] = job
+            if self._looping:
+                self.slots.add(job)
+                if old is None and self._lease and job.options.catch_up != "none":
+                    self._spawn(self.catch_up.run(job))
+        self.registry.changed()
 
     def _spawn(self, coro: Awaitable[Any], *, forever: bool = False) -> asyncio.Future[Any]:
         """Run ``coro`` in a task of the engine's; one that raises (or, ``forever``, that
@@ -294,20 +341,18 @@ class Engine:
         Services sharing a store each keep their own retention: pruning every job in
         the store with this instance's bound would delete other services' history.
         """
-        mine = sorted(self.jobs)
-        if not mine:
-            return
         await asyncio.sleep(random.uniform(10, 60))
-        # A run record must outlive every horizon it can still be claimed within.
-        keep = max(
-            [self.config.history_retention_ms]
-            + [
-                max(j.options.catch_up_window_ms, j.options.misfire_grace_ms or 0)
-                + MAX_MISFIRE_GRACE_MS
-                for j in self.jobs.values()
-            ]
-        )
         while True:
+            mine = sorted(self.jobs)  # stored definitions come and go
+            # A run record must outlive every horizon it can still be claimed within.
+            keep = max(
+                [self.config.history_retention_ms]
+                + [
+                    max(j.options.catch_up_window_ms, j.options.misfire_grace_ms or 0)
+                    + MAX_MISFIRE_GRACE_MS
+                    for j in self.jobs.values()
+                ]
+            )
             try:
                 deleted = await self.backend.prune(self.config.clock() - keep, jobs=mine)
                 if deleted:

@@ -57,11 +57,19 @@ class Registry:
         self._on_departed = on_departed
         self._started_at = config.clock()
         self._reported_mismatches: set[str] = set()
+        self._info: InstanceInfo | None = None
+
+    def changed(self) -> None:
+        """The job set changed (a stored definition): the next refresh says so."""
+        self._info = None
 
     def instance_info(self) -> InstanceInfo:
-        """What this instance tells the registry: who it is and the specs of its jobs."""
+        """What this instance tells the registry: who it is, its targets and the specs of
+        its jobs (built again only after :meth:`changed`)."""
+        if self._info is not None:
+            return self._info
         jobs = {name: job.spec() for name, job in self.jobs.items()}
-        return InstanceInfo(
+        self._info = InstanceInfo(
             instance_id=self.config.instance_id,
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -70,16 +78,17 @@ class Registry:
             last_seen=0,
             jobs=jobs,
             jobs_json=jobs_json(self.config.instance_id, jobs),
+            targets=tuple(sorted(self.config.targets)),
         )
+        return self._info
 
     async def loop(self) -> None:
         """Stay in the registry while alive (expiring one lease after the last refresh)."""
-        info = self.instance_info()
         periods = 0
         while True:
             try:
                 await self.backend.register(
-                    replace(info, skew_ms=self._skew()), self.config.lease_ms
+                    replace(self.instance_info(), skew_ms=self._skew()), self.config.lease_ms
                 )
                 ranking = self.candidates.k is not None
                 if ranking or periods % MISMATCH_CHECK_PERIODS == 0:

@@ -9,6 +9,11 @@ turn of the loop leave as one batch, in a task of their own (a slow or retried c
 must not hold up the next slots). Passed slots are remembered for their horizon and
 claimed after all if instances leave the registry (:meth:`SlotLoop.rescue`).
 
+Stored definitions come and go while the loop runs (:meth:`SlotLoop.add`,
+:meth:`SlotLoop.remove`): an entry of a job that was changed or removed since it was
+pushed is dropped when it comes due, so no slot of a superseded definition is claimed
+by this instance (and the store refuses the claim of one anyway).
+
 The wall clock may step. Forward (or after a freeze), the due entries are late: each
 job resumes at its first slot still claimable and the slots in between are reported
 once, with a count. Backward, the entries lie too far ahead: the loop notices that the
@@ -27,6 +32,7 @@ from typing import Any
 
 from ..job import Job
 from ..records import Origin
+from ..schedules import NO_SLOT
 from .candidates import Candidates, Role
 from .claims import PendingClaim
 from .planner import (
@@ -88,6 +94,8 @@ class SlotLoop:
         #: all if their candidates leave the registry within the slot's horizon.
         self._passed: dict[str, deque[int]] = {}
         self._seed = random.getrandbits(64)  # seeded by simulations
+        #: Set when a job is added, to wake a loop that sleeps with nothing due soon.
+        self._added = asyncio.Event()
 
     def now(self) -> int:
         return self.config.clock()
@@ -102,17 +110,44 @@ class SlotLoop:
         self._heap = [due for due in self._heap if due.stage == Stage.CLAIM]
         heapq.heapify(self._heap)
         for job in self.jobs.values():
-            self._push(job, job.schedule.next_slot(now), Stage.PLAN)
+            self._plan_next(job, now)
+
+    def _plan_next(self, job: Job, after: int) -> None:
+        """Push the job's first slot after ``after``, unless its schedule has run out."""
+        slot = job.schedule.next_slot(after)
+        if slot < NO_SLOT:
+            self._push(job, slot, Stage.PLAN)
+
+    def add(self, job: Job) -> None:
+        """Plan a job that was added (or changed) while the loop runs, from now on; the
+        entries of the job it replaces are dropped as they come due."""
+        self._plan_next(job, self.now())
+        self._added.set()
+
+    def remove(self, name: str) -> None:
+        """Forget a job whose definition was removed (its entries drop as they come due)."""
+        self._passed.pop(name, None)
+
+    def _current(self, entry: Due) -> bool:
+        """Whether ``entry`` belongs to the job as it is defined now."""
+        return self.jobs.get(entry.job.store_name) is entry.job
 
     async def run(self) -> None:
         """Wake at each due entry until cancelled."""
         loop = asyncio.get_running_loop()
         self._plan_from(self.now())
         offset = self.now() - loop.time() * 1000  # wall − monotonic, to notice steps back
-        while self._heap:
-            delay = min(self._heap[0].at - self.now(), STEP_CHECK_MS)
+        while True:
+            delay = min(
+                self._heap[0].at - self.now() if self._heap else STEP_CHECK_MS, STEP_CHECK_MS
+            )
             if delay > 0:
-                await asyncio.sleep(delay / 1000)
+                self._added.clear()
+                try:
+                    async with asyncio.timeout(delay / 1000):
+                        await self._added.wait()
+                except TimeoutError:
+                    pass
             now = self.now()
             drift = now - loop.time() * 1000 - offset
             if drift < -STEP_TOLERANCE_MS:
@@ -134,6 +169,8 @@ class SlotLoop:
             if not self._heap or self._heap[0].at > now:
                 break
             entry = heapq.heappop(self._heap)
+            if not self._current(entry):
+                continue  # a definition changed or removed since
             if entry.stage == Stage.PLAN:
                 run = self._plan(entry.job, entry.slot, now)
             elif entry.stage == Stage.CLAIM or self._undefer(entry.job, entry.slot):
@@ -150,12 +187,14 @@ class SlotLoop:
         if skip is not None:
             self._report_skip(job, slot, skip.count, skip.at_least)
             if skip.slot > now:
-                self._push(job, skip.slot, Stage.PLAN)
+                if skip.slot < NO_SLOT:
+                    self._push(job, skip.slot, Stage.PLAN)
                 return None
             slot = skip.slot
         nxt = job.schedule.next_slot(slot)
-        self._report_gap(job, nxt - slot)
-        self._push(job, nxt, Stage.PLAN)
+        if nxt < NO_SLOT:  # a one-off, or a window's last slot: nothing follows
+            self._report_gap(job, nxt - slot)
+            self._push(job, nxt, Stage.PLAN)
         if self._defer(job, slot):  # the job is being caught up: claimed after it
             self._push(job, slot, Stage.DEFERRED, at=slot + job.horizon_ms(slot) // 2)
             return None
@@ -189,6 +228,8 @@ class SlotLoop:
     def _flush_skips(self) -> None:
         """One warning per job for the slots passed over in this turn."""
         for name, (slot, count, at_least) in self._skips.items():
+            if name not in self.jobs:
+                continue
             self.log.warn(
                 "skipped %s%d slot(s) from this one on, past their horizon (the wall clock "
                 "stepped forward or the process was frozen)",
@@ -220,8 +261,10 @@ class SlotLoop:
         """Claim the passed slots that this instance is ranked for now that instances
         left the registry: their candidates may have died before them."""
         runs = []
-        for name, passed in self._passed.items():
-            job = self.jobs[name]
+        for name, passed in list(self._passed.items()):
+            job = self.jobs.get(name)
+            if job is None:
+                continue
             left: deque[int] = deque()
             for slot in passed:
                 if slot + job.horizon_ms(slot) < now:

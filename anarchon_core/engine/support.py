@@ -30,6 +30,8 @@ class EngineConfig:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: Instances that claim each run (``None``: every instance); see :mod:`.candidates`.
     candidates: int | None = None
+    #: The targets this instance holds (stored definitions name one), for the registry.
+    targets: frozenset[str] = frozenset()
 
 
 class Where(TypedDict, total=False):

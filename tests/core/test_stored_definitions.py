@@ -1,0 +1,235 @@
+"""Stored definitions on virtual time: three instances follow adds, changes, disables and
+removals without a restart; no slot of a superseded definition runs, each slot once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+from virtual import BASE_MS, Recorder, run_virtual
+
+from anarchon_core import MemoryBackend, RunContext, Scheduler
+from anarchon_core.definitions import Definition
+from anarchon_core.errors import ConfigurationError, ConflictError
+from anarchon_core.schedules import At, Every
+from anarchon_core.testing import LoopClock
+
+HEARTBEAT_MS = 100
+LEASE_MS = 300
+
+
+def cluster(store: MemoryBackend, recorder: Recorder, n: int = 3) -> list[Scheduler]:
+    schedulers = []
+    for i in range(n):
+        scheduler = Scheduler(
+            store,
+            instance_id=f"i{i}",
+            heartbeat_ms=HEARTBEAT_MS,
+            lease_ms=LEASE_MS,
+            clock=LoopClock(BASE_MS),
+        )
+        work = recorder.handler(10)
+
+        async def send(ctx: RunContext, *args: Any, work: Any = work, **kwargs: Any) -> None:
+            await work(ctx)
+
+        scheduler.add_target("reports.send", send)
+        schedulers.append(scheduler)
+    return schedulers
+
+
+def slots_of(recorder: Recorder, job: str) -> list[int]:
+    return sorted(r.slot - BASE_MS for r in recorder.executions if r.job == job)
+
+
+def test_a_definition_added_changed_and_removed_is_followed_by_every_instance() -> None:
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+    marks: dict[str, int] = {}
+
+    async def main() -> None:
+        schedulers = cluster(store, recorder)
+        for scheduler in schedulers:
+            await scheduler.start()
+        await asyncio.sleep(0.5)
+        added = await schedulers[0].add_definition(
+            Definition.create("report", Every("1s"), "reports.send", args=[7])
+        )
+        marks["added"] = recorder.clock() - BASE_MS
+        await asyncio.sleep(5)
+        changed = await schedulers[1].update_definition(
+            Definition.create("report", Every("2s", "500ms"), "reports.send", version=added.version)
+        )
+        marks["changed"] = recorder.clock() - BASE_MS
+        await asyncio.sleep(6)
+        await schedulers[2].remove_definition("report", version=changed.version)
+        marks["removed"] = recorder.clock() - BASE_MS
+        await asyncio.sleep(4)
+        await asyncio.gather(*(s.stop() for s in schedulers))
+
+    run_virtual(main)
+    slots = slots_of(recorder, "report")
+    assert len(slots) == len(set(slots)), "each slot once"
+    before = [s for s in slots if s < marks["changed"]]
+    after = [s for s in slots if s > marks["changed"]]
+    # Added at 0.5 s: followed within a heartbeat, so from the slot at 1 s on.
+    assert before == list(range(1000, 6000, 1000)), before
+    # No slot of the old schedule (whole seconds) after the change; the new one's slots run.
+    assert all(s % 2000 == 500 for s in after), after
+    assert [s for s in after if s < marks["removed"]] == list(range(6500, 11_500, 2000))
+    assert not [s for s in slots if s > marks["removed"]], "removed: no further run"
+
+
+def test_a_replica_that_has_not_read_a_change_cannot_run_the_old_schedule() -> None:
+    """The store refuses the claim of a superseded version at once, whatever the replica
+    has read: here every follower is stalled (it never polls) after the first read."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+    marks: dict[str, int] = {}
+
+    async def main() -> None:
+        schedulers = cluster(store, recorder)
+        defined = await schedulers[0].add_definition(
+            Definition.create("report", Every("1s"), "reports.send")
+        )
+        for scheduler in schedulers:
+            await scheduler.start()
+            engine = scheduler._engine
+            assert engine is not None and engine.follower is not None
+            engine.follower.kept = False  # the loop ends: no poll, only STALE wakes it
+        await asyncio.sleep(3.2)
+        await store.write_definition(
+            "report",
+            Definition.create("report", Every("1s"), "reports.send", enabled=False).body(),
+            expected=defined.version,
+        )
+        marks["disabled"] = recorder.clock() - BASE_MS
+        await asyncio.sleep(3)
+        await asyncio.gather(*(s.stop() for s in schedulers))
+
+    run_virtual(main)
+    slots = slots_of(recorder, "report")
+    assert slots == [1000, 2000, 3000]
+    assert marks["disabled"] < 4000
+
+
+@pytest.mark.parametrize("policy", ["none", "latest", "all"])
+def test_enabled_again_a_definition_follows_its_catch_up_policy(policy: str) -> None:
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+
+    async def main() -> None:
+        schedulers = cluster(store, recorder)
+        for scheduler in schedulers:
+            await scheduler.start()
+        first = await schedulers[0].add_definition(
+            Definition.create("report", Every("1s"), "reports.send", options={"catch_up": policy})
+        )
+        await asyncio.sleep(2.5)  # runs 1 s and 2 s
+        off = await schedulers[0].update_definition(
+            Definition.create(
+                "report",
+                Every("1s"),
+                "reports.send",
+                options={"catch_up": policy},
+                enabled=False,
+                reason="maintenance",
+                version=first.version,
+            )
+        )
+        await asyncio.sleep(4)  # 3, 4, 5 and 6 s pass disabled
+        await schedulers[0].update_definition(
+            Definition.create(
+                "report",
+                Every("1s"),
+                "reports.send",
+                options={"catch_up": policy},
+                version=off.version,
+            )
+        )
+        await asyncio.sleep(2.8)
+        await asyncio.gather(*(s.stop() for s in schedulers))
+
+    run_virtual(main)
+    executions = [r for r in recorder.executions if r.job == "report"]
+    caught_up = sorted(r.slot - BASE_MS for r in executions if r.origin == "catch_up")
+    scheduled = sorted(r.slot - BASE_MS for r in executions if r.origin == "schedule")
+    assert scheduled == [1000, 2000, 7000, 8000, 9000]
+    expected = {"none": [], "latest": [6000], "all": [3000, 4000, 5000, 6000]}[policy]
+    assert caught_up == expected
+    assert all(n == 1 for n in Counter(r.slot for r in executions).values())
+
+
+def test_a_one_off_runs_once_cluster_wide() -> None:
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+
+    async def main() -> None:
+        schedulers = cluster(store, recorder)
+        for scheduler in schedulers:
+            await scheduler.start()
+        await schedulers[0].add_definition(
+            Definition.create("once", At(BASE_MS + 2500), "reports.send")
+        )
+        await asyncio.sleep(5)
+        await asyncio.gather(*(s.stop() for s in schedulers))
+
+    run_virtual(main)
+    assert slots_of(recorder, "once") == [2500]
+
+
+def test_edits_are_refused_when_stale_or_shadowing_a_code_job() -> None:
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+
+    async def main() -> None:
+        (scheduler,) = cluster(store, recorder, n=1)
+        scheduler.every("tick", "1s")(recorder.handler(1))
+        with pytest.raises(ConfigurationError, match="shadow the code job"):
+            await scheduler.add_definition(Definition.create("tick", Every("1s"), "reports.send"))
+        first = await scheduler.add_definition(
+            Definition.create("report", Every("1s"), "reports.send")
+        )
+        with pytest.raises(ConflictError, match="exists already"):
+            await scheduler.add_definition(Definition.create("report", Every("2s"), "x.y"))
+        await scheduler.update_definition(
+            Definition.create("report", Every("2s"), "reports.send", version=first.version)
+        )
+        with pytest.raises(ConflictError, match="changed since it was read") as stale:
+            await scheduler.update_definition(
+                Definition.create("report", Every("3s"), "reports.send", version=first.version)
+            )
+        assert stale.value.current > first.version
+        report = await scheduler.get_definition("report")
+        assert report is not None and report.schedule == Every("2s")
+        assert [d.name for d in await scheduler.definitions()] == ["report"]
+
+    run_virtual(main)
+
+
+def test_code_jobs_sync_into_the_store_and_leave_it_with_the_code() -> None:
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+
+    async def main() -> None:
+        old = Scheduler(store, namespace="svc", clock=LoopClock(BASE_MS))
+        old.every("a", "1s")(recorder.handler(1))
+        old.cron("b", "0 3 * * *", tz="Europe/Athens")(recorder.handler(1))
+        report = await old.sync_code_jobs()
+        assert report.created == ["a", "b"]
+        assert (await old.sync_code_jobs()).unchanged == ["a", "b"]
+        new = Scheduler(store, namespace="svc", clock=LoopClock(BASE_MS))
+        new.every("a", "2s")(recorder.handler(1))
+        report = await new.sync_code_jobs()
+        assert (report.updated, report.removed) == (["a"], ["b"])
+        (a,) = await new.definitions()
+        assert (a.owner, a.schedule, a.target) == ("code", Every("2s"), "a")
+        assert a.description.startswith("code job virtual:")  # where the handler is
+        with pytest.raises(ConfigurationError, match="change it in the code"):
+            await new.update_definition(
+                Definition.create("a", Every("5s"), "reports.send", version=a.version)
+            )
+
+    run_virtual(main)
