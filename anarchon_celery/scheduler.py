@@ -485,12 +485,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
-        """The banner line: store (masked), namespace and entry count. No I/O."""
+        """The banner line: store (masked), namespace and entry count. No I/O.
+
+        A configuration error is only named: the real instance, constructed next, reports
+        every problem (the banner's lazy instance has not read the entries)."""
         try:  # builds the store's adapter only: no connection is made
             settings = self._settings or read_settings(self.app)
             store = self._core.backend if self._core else backend_from_url(settings["backend"])
-        except ConfigurationError as exc:
-            return f"anarchon: configuration error: {exc}"
+        except ConfigurationError:
+            return "anarchon: configuration error (beat logs every problem and stops)"
         count = len(self._core.jobs) if self._core else len(self.app.conf.beat_schedule or {})
         return (
             f"anarchon: store {mask_url(settings['backend'])}{local_note(store)}, namespace "

@@ -33,7 +33,7 @@ SHRED = re.compile(r"WARNING/MainProcess\] *\S* *$")
 def assert_one_report(log: str) -> None:
     for problem in PROBLEMS:
         assert problem in log, f"{problem!r} missing from:\n{log}"
-    assert log.count(PROBLEMS[0]) == 1, log  # once: no traceback repeats it
+    assert log.count(PROBLEMS[0]) == 1, log  # once: neither the banner nor a traceback
     assert log.count("celery beat cannot start: ") == 1, log
     assert "Traceback (most recent call last)" not in log, log
     shreds = [line for line in log.splitlines() if SHRED.search(line)]
@@ -52,6 +52,7 @@ def test_a_bad_configuration_stops_beat_with_one_short_report(
         log = c.log("beat")
     assert_one_report(log)
     assert len(log.splitlines()) < 80, log  # 697 lines before issue 31
+    assert "anarchon: configuration error (beat logs every problem and stops)" in log
 
 
 @pytest.mark.slow
@@ -106,3 +107,8 @@ def test_outside_beat_the_constructor_raises_the_error(make_app, caplog):
         anarchon_celery.Scheduler(app=app)
     assert not caplog.records  # the caller reports it
 
+
+def test_the_banner_names_a_configuration_error_without_repeating_it(make_app):
+    app = make_app({"sync": {"task": "t", "schedule": 5}}, anarchon_jiter_ms=5)
+    info = anarchon_celery.Scheduler(app=app, lazy=True).info
+    assert info == "anarchon: configuration error (beat logs every problem and stops)"
