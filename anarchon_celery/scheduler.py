@@ -18,12 +18,14 @@ import logging
 import os
 import queue
 import re
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -342,11 +344,27 @@ def _settle(batch: list[_Answer]) -> None:
             future.set_result(None)
 
 
+def _in_beat_service_start() -> bool:
+    """Whether this call runs inside Celery's ``beat.Service.start`` (``celery beat``, or a
+    worker's embedded beat), which constructs its scheduler before its loop."""
+    start = beat.Service.start.__code__
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is start:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
     """Run ``beat_schedule`` through anarchon: each due task is sent by exactly one beat.
 
     The constructor and :meth:`setup_schedule` validate only (no I/O, no threads); the
     engine starts in a background thread at the first :meth:`tick`.
+
+    :raises ConfigurationError: listing every problem of the configuration; constructed
+        by ``celery beat`` (:class:`celery.beat.Service`), the message is logged once at
+        ERROR instead, without a traceback, and :exc:`SystemExit` (status 1) stops beat.
     """
 
     def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
@@ -355,7 +373,17 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._background: BackgroundScheduler | None = None
         self._lifecycle = threading.Lock()
         self._sender = _Sender()
-        super().__init__(app, *args, lazy=lazy, **kwargs)
+        try:
+            super().__init__(app, *args, lazy=lazy, **kwargs)
+        except ConfigurationError as exc:
+            if not _in_beat_service_start():
+                raise
+            # Beat would log it with its traceback at CRITICAL and re-raise it, and the
+            # interpreter would print it again through beat's stderr proxy, a log line per
+            # token. Beat constructs its scheduler before the loop that takes SystemExit
+            # for a shutdown: SystemExit reaches the interpreter unlogged, status 1.
+            logger.error("celery beat cannot start: %s", exc)
+            raise SystemExit(1) from exc
 
     # -- set-up (no I/O) -------------------------------------------------------------
     def setup_schedule(self) -> None:
@@ -457,12 +485,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
-        """The banner line: store (masked), namespace and entry count. No I/O."""
+        """The banner line: store (masked), namespace and entry count. No I/O.
+
+        A configuration error is only named: the real instance, constructed next, reports
+        every problem (the banner's lazy instance has not read the entries)."""
         try:  # builds the store's adapter only: no connection is made
             settings = self._settings or read_settings(self.app)
             store = self._core.backend if self._core else backend_from_url(settings["backend"])
-        except ConfigurationError as exc:
-            return f"anarchon: configuration error: {exc}"
+        except ConfigurationError:
+            return "anarchon: configuration error (beat logs every problem and stops)"
         count = len(self._core.jobs) if self._core else len(self.app.conf.beat_schedule or {})
         return (
             f"anarchon: store {mask_url(settings['backend'])}{local_note(store)}, namespace "

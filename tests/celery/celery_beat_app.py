@@ -5,6 +5,8 @@ Configured from the environment by the test: broker, queue, anarchon store, reco
 ``ANARCHON_TEST_TWENTY_SECONDS=1`` an every-20-s one). ``ANARCHON_TEST_STALL_AFTER_PUBLISH``
 (a job's store name) makes this beat stall for good right after it published that job's
 task, before the run is recorded: a runner that dies between publish and finish.
+``ANARCHON_TEST_BAD_CONFIG=1`` adds three configuration problems (a settings typo, an
+``anarchon_entries`` name that is no entry, an unknown per-entry key): beat must not start.
 The ``record`` task appends (job, slot, task id, attempt, worker pid) to a Redis list.
 """
 
@@ -47,6 +49,10 @@ if os.environ.get("ANARCHON_TEST_TWENTY_SECONDS"):  # a horizon long enough for 
         "task": "celery_beat_app.record",
         "schedule": 20.0,
     }
+
+if os.environ.get("ANARCHON_TEST_BAD_CONFIG"):  # three problems: a start must fail
+    app.conf.anarchon_jiter_ms = 200
+    app.conf.anarchon_entries = {"nosuch": {}, "every second": {"jitter": 3}}
 
 _STALL = os.environ.get("ANARCHON_TEST_STALL_AFTER_PUBLISH")
 if _STALL:
