@@ -23,16 +23,21 @@ from .durations import format_duration_ms
 from .engine.definitions import in_namespace
 from .errors import CapabilityError, ConfigurationError, ConflictError
 from .job import Handler, Job, JobOptions
-from .names import store_name
+from .names import store_name, validate_namespace
 from .schedules import Cron, Every
 
 __all__ = [
+    "Plan",
     "SyncReport",
     "add_definition",
+    "apply_plan",
     "bind_target",
     "code_definition",
     "definitions",
+    "export_file",
     "get_definition",
+    "plan_apply",
+    "read_file_definitions",
     "remove_definition",
     "sync_code_jobs",
     "update_definition",
@@ -270,3 +275,112 @@ def _source(handler: Any) -> str:
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or type(target).__name__
     return f"{module}:{line} ({qualname})" if line else f"{module} ({qualname})"
+
+
+# -- converging the store to a file -----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What :func:`apply_plan` changes to make the store-owned definitions of a namespace
+    those of a file: the definitions to create, to update (with the version read) and
+    to remove. Code-owned definitions are never touched."""
+
+    create: list[Definition] = field(default_factory=list)
+    update: list[Definition] = field(default_factory=list)
+    remove: list[Definition] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.create or self.update or self.remove)
+
+    def lines(self) -> list[str]:
+        """The plan as a diff, one line per definition (``+`` create, ``~`` update,
+        ``-`` remove)."""
+        out = [f"+ {d.name}: {d.effective_schedule.describe()} -> {d.target}" for d in self.create]
+        out += [f"~ {d.name}: {d.effective_schedule.describe()} -> {d.target}" for d in self.update]
+        out += [f"- {d.name} (version {d.version})" for d in self.remove]
+        return out
+
+
+def plan_apply(current: list[Definition], wanted: list[Definition], *, prune: bool = True) -> Plan:
+    """The changes that turn ``current`` (read from the store) into ``wanted``.
+
+    :raises ConfigurationError: ``wanted`` names a definition twice, or one that is a
+        code job's in the store.
+    """
+    names = [d.name for d in wanted]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigurationError(f"the file defines {', '.join(twice)} more than once")
+    have = {d.name: d for d in current}
+    plan = Plan()
+    for definition in wanted:
+        old = have.get(definition.name)
+        if old is None:
+            plan.create.append(definition)
+        elif old.owner == "code":
+            raise ConfigurationError(
+                f"definition {definition.name!r} is a code job's in the store: leave it out "
+                "of the file (or remove the job from the code)"
+            )
+        elif old.same_content(definition):
+            plan.unchanged.append(definition.name)
+        else:
+            plan.update.append(definition.with_version(old.version))
+    if prune:
+        keep = set(names)
+        plan.remove.extend(d for d in current if d.owner == "store" and d.name not in keep)
+    return plan
+
+
+async def apply_plan(backend: Backend, plan: Plan, namespace: str | None) -> None:
+    """Make the changes of ``plan``, each naming the version it was planned with: a
+    definition changed meanwhile is refused (:class:`ConflictError`) and the rest of the
+    plan is not applied."""
+    for definition in plan.create:
+        await add_definition(backend, definition, namespace)
+    for definition in plan.update:
+        await update_definition(backend, definition, namespace)
+    for definition in plan.remove:
+        await remove_definition(backend, definition.name, definition.version, namespace)
+
+
+def read_file_definitions(data: object) -> tuple[str | None, list[Definition]]:
+    """The namespace and definitions of a parsed file: ``{"namespace": …, "definitions":
+    [...]}`` or a bare list of definitions (the form :func:`export_file` writes)."""
+    namespace = None
+    items = data
+    if isinstance(data, Mapping):
+        unknown = set(data) - {"namespace", "definitions"}
+        if unknown:
+            raise ConfigurationError(
+                f"unknown key(s) {', '.join(sorted(map(str, unknown)))} at the top of the "
+                "file: give 'definitions' (a list) and optionally 'namespace'"
+            )
+        namespace = data.get("namespace")
+        if namespace is not None:
+            validate_namespace(namespace)
+        items = data.get("definitions", [])
+    if not isinstance(items, list):
+        raise ConfigurationError(
+            "the file holds no list of definitions: give {'definitions': [...]} or a list"
+        )
+    definitions = []
+    for item in items:
+        if isinstance(item, Mapping) and item.get("version"):
+            item = {k: v for k, v in item.items() if k != "version"}
+        definitions.append(Definition.from_json(item))
+    return namespace, definitions
+
+
+def export_file(definitions: list[Definition], namespace: str | None) -> dict[str, Any]:
+    """The file form of ``definitions`` (no versions: a file states what should be)."""
+    items = []
+    for definition in definitions:
+        data = definition.to_json()
+        del data["version"]
+        items.append({k: v for k, v in data.items() if v not in (None, [], {}, "")})
+    out: dict[str, Any] = {"definitions": items}
+    if namespace is not None:
+        out = {"namespace": namespace, **out}
+    return out

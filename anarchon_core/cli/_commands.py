@@ -18,6 +18,7 @@ from ._arguments import (
     positive_int,
 )
 from ._dashboard import add_dashboard_command
+from ._definitions import ACTIONS, USAGE, add_definition_options
 from ._errors import CliError
 from ._health import cmd_health
 from ._history import cmd_history, cmd_prune
@@ -97,12 +98,34 @@ def add_commands(
         help="logging level of the stderr log (default: INFO)",
     )
 
-    p = add("jobs", cmd_jobs, "list a scheduler's jobs and their next slots", [store])
-    add_target(p, "the Scheduler to list, " + TARGET_FORM)
+    p = add(
+        "jobs",
+        cmd_jobs,
+        "list a scheduler's jobs and their next slots, or add, change and remove the job "
+        "definitions kept in the store",
+        [store],
+    )
+    p.usage = "%(prog)s [options] " + ("[ACTION ...]" if target else "[MODULE:ATTR | ACTION ...]")
+    p.epilog = USAGE
     p.add_argument(
-        "--count", type=nonnegative_int, default=5, metavar="N", help="next slots shown (5)"
+        "words",
+        nargs="*",
+        metavar="WORDS",
+        help=("" if target else f"the Scheduler to list ({TARGET_FORM}), or ")
+        + "an action: "
+        + ", ".join(ACTIONS),
+    )
+    p.set_defaults(fixed_target=target, target=target)
+    p.add_argument(
+        "--count",
+        "-n",
+        type=nonnegative_int,
+        default=5,
+        metavar="N",
+        help="next slots shown (5)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per job and line")
+    add_definition_options(p)
 
     p = add("history", cmd_history, "show the run history kept in a store", [store])
     p.add_argument("--job", metavar="NAME", help="only this job (its name in the store)")

@@ -9,12 +9,30 @@ from collections.abc import Callable
 from ..backend import wall_clock_ms
 from ..backends import mask_url
 from ..records import iso_utc
+from ._definitions import ACTIONS, USAGE, run_action
+from ._errors import CliError
 from ._target import load_scheduler
 
 __all__ = ["cmd_jobs"]
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
+    """List a scheduler's jobs, or run a definitions action (``jobs add FILE``…)."""
+    words: list[str] = list(args.words)
+    if words and words[0] in ACTIONS:
+        return run_action(words[0], words[1:], args)
+    target = args.fixed_target
+    if target is None:
+        if len(words) != 1:
+            raise CliError(f"usage: anarchon jobs MODULE:ATTR, or {USAGE}", code=2)
+        target = words[0]
+    elif words:
+        raise CliError(f"jobs: unknown action {words[0]!r}; {USAGE}", code=2)
+    args.target = target
+    return _list(args)
+
+
+def _list(args: argparse.Namespace) -> int:
     scheduler = load_scheduler(args.target)
     url = args.backend or None
     backend = mask_url(url) if url else scheduler.backend.describe()

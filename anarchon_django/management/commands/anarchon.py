@@ -1,4 +1,5 @@
-"""``manage.py anarchon run|jobs|history|instances|pause|resume|trigger|cancel|prune``.
+"""``manage.py anarchon run|jobs|history|instances|pause|resume|trigger|cancel|prune``
+(``jobs add|apply|export|remove|next`` act on the definitions kept in the store).
 
 The subcommands are the core ``anarchon`` command line's (:func:`anarchon_core.cli.
 add_commands`): the same options, output and exit codes, with the project's scheduler
@@ -69,7 +70,7 @@ class Command(BaseCommand):
             # A jobs module that failed half-way would list a partial set: every problem
             # of the settings and the jobs modules stops the listing instead.
             self.check(tags=None if name == "run" else [checks.TAG], display_num_errors=False)
-        elif not options["backend"]:
+        if name != "run" and not options["backend"]:  # the project's store, not the default
             options["backend"] = get_scheduler().backend_url
         # The core prints to sys.stdout/stderr: send that to this command's streams.
         out = getattr(self.stdout, "_out", sys.stdout)
