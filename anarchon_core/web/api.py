@@ -17,11 +17,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..backend import Backend, InstanceInfo
+from ..definitions import Definition
 from ..errors import CapabilityError, ConfigurationError
 from ..names import validate_job_name
 from ..operations import fingerprint_mismatches
 from ..records import HistoryQuery, Origin, RunRecord, Status, iso_utc
-from ..schedules import from_canonical
+from ..schedules import NO_SLOT, from_canonical
 
 __all__ = [
     "DEFAULT_RUNS_LIMIT",
@@ -315,6 +316,58 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# -- stored definitions -------------------------------------------------------------------
+def split_store_name(job: str) -> tuple[str | None, str]:
+    """``(namespace, name)`` of a stored definition's store name (names hold no ``:``)."""
+    namespace, _, name = job.rpartition(":")
+    return namespace or None, name
+
+
+async def definitions(backend: Backend, *, now_ms: int | None = None) -> dict[str, Any]:
+    """Every stored definition of every namespace, each with its store name, whether a
+    live instance holds its target (``None``: the store has no registry) and its next
+    five slots."""
+    now = await backend.now_ms() if now_ms is None else now_ms
+    stored = await backend.definitions_since(0)
+    latest = {d.job: d for d in stored}
+    try:
+        live: list[InstanceInfo] | None = await backend.instances()
+    except CapabilityError:
+        live = None
+    held = None if live is None else {t for info in live for t in info.targets}
+    items = []
+    for job, change in sorted(latest.items()):
+        if change.body is None:
+            continue
+        definition = Definition.from_body(change.body, change.version)
+        items.append(definition_json(job, definition, held, now))
+    return {**_now(now), "definitions": items}
+
+
+def definition_json(
+    job: str, definition: Definition, held: set[str] | None, now: int
+) -> dict[str, Any]:
+    """One definition as the API shows it."""
+    namespace, _ = split_store_name(job)
+    target_held = None
+    if definition.owner == "store" and held is not None:
+        target_held = definition.target in held
+    slots = []
+    after = now
+    for _ in range(5):
+        after = definition.effective_schedule.next_slot(after)
+        if after >= NO_SLOT:
+            break
+        slots.append({"slot": after, "at": iso_utc(after)})
+    return {
+        "job": job,
+        "namespace": namespace,
+        **definition.to_json(),
+        "target_held": target_held,
+        "next_slots": slots if definition.enabled else [],
+    }
+
+
 # -- JSON Schemas ----------------------------------------------------------------------
 def _object(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
     """An object schema: ``required`` properties must be present, and any property not
@@ -394,6 +447,30 @@ _INSTANCE = _object(
         "jobs": {"type": "object", "additionalProperties": _MAP},
     }
 )
+_DEFINITION = _object(
+    {
+        "job": _TEXT,
+        "name": _TEXT,
+        "schedule": _MAP,
+        "target": _TEXT,
+        "version": _INT,
+        "enabled": _FLAG,
+        "owner": {"type": "string", "enum": ["store", "code"]},
+    },
+    {
+        "namespace": _nullable(_TEXT),
+        "args": {"type": "array"},
+        "kwargs": _MAP,
+        "options": _MAP,
+        "reason": _nullable(_TEXT),
+        "start_at": _nullable(_TEXT),
+        "end_at": _nullable(_TEXT),
+        "description": _TEXT,
+        "target_options": _MAP,
+        "target_held": _nullable(_FLAG),
+        "next_slots": {"type": "array", "items": _object({"slot": _INT, "at": _TEXT})},
+    },
+)
 _FINGERPRINTS = {"type": "object", "additionalProperties": {"type": "array", "items": _TEXT}}
 
 #: JSON Schemas of the answers and bodies of ``docs/api.md``, by name: ``jobs``,
@@ -430,5 +507,25 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "cancel": _object({"job": _TEXT, "slot": _INT, "cancelled": _FLAG}),
     "cancel_body": _object({"job": _TEXT, "slot": _INT}),
     "action_body": {"type": "object", "description": "any JSON object, e.g. {}; ignored"},
-    "error": _object({"error": _TEXT}),
+    "error": _object({"error": _TEXT}, {"current": _INT}),
+    "definitions": _object({**_NOW, "definitions": {"type": "array", "items": _DEFINITION}}),
+    "definition": _DEFINITION,
+    "definition_body": _object(
+        {"name": _TEXT, "schedule": _MAP, "target": _TEXT},
+        {
+            "namespace": _nullable(_TEXT),
+            "version": _INT,
+            "args": {"type": "array"},
+            "kwargs": _MAP,
+            "options": _MAP,
+            "enabled": _FLAG,
+            "reason": _nullable(_TEXT),
+            "start_at": _nullable(_TEXT),
+            "end_at": _nullable(_TEXT),
+            "description": _TEXT,
+            "target_options": _MAP,
+        },
+    ),
+    "removed": _object({"job": _TEXT, "removed": _FLAG}),
+    "remove_body": _object({"version": _INT}),
 }

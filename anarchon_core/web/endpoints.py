@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .. import operations
+from .. import operations, stored_jobs
 from ..backend import Backend
+from ..definitions import Definition
 from ..durations import parse_duration_ms
-from ..errors import BackendError, CapabilityError, ConfigurationError
+from ..errors import BackendError, CapabilityError, ConfigurationError, ConflictError
+from ..names import store_name, validate_namespace
 from ..operations import NoLiveInstanceError
 from ..records import Status, iso_utc
 from ..redact import brief
@@ -46,8 +48,8 @@ _JSON = "application/json"
 ERRORS: Mapping[int, str] = {
     400: "a bad parameter (the error names it and the accepted form)",
     403: "actions are not enabled, or the request came from another site",
-    404: "no API at this path (a job name holding a '/')",
-    409: "no live instance has the job (trigger)",
+    404: "no API at this path (a job name holding a '/'), or no such stored definition",
+    409: "no live instance has the job (trigger); a definition changed since it was read",
     415: "the body is not application/json",
     500: "an unexpected failure",
     501: "the store cannot do this (claim-only backends)",
@@ -147,7 +149,8 @@ def _json_content(schema: str) -> dict[str, Any]:
 
 
 _ACTION_ERRORS = (400, 403, 404, 409, 415, 500, 501, 503)
-#: Every operation of the API (``docs/api.md``): four reads, three job actions, cancel.
+#: Every operation of the API (``docs/api.md``): the reads, the job actions, cancel, and
+#: the stored definitions (read, create, update, remove).
 ROUTES: tuple[Route, ...] = (
     Route(
         "jobs",
@@ -204,6 +207,48 @@ ROUTES: tuple[Route, ...] = (
         "Cancel a pending or running run",
         answer="cancel",
         body="cancel_body",
+        errors=_ACTION_ERRORS,
+    ),
+    Route(
+        "definitions",
+        "GET",
+        "definitions",
+        "Every job definition kept in the store, with its next slots",
+        answer="definitions",
+    ),
+    Route(
+        "definition",
+        "GET",
+        "definitions/{job}",
+        "One stored definition, by its store name",
+        answer="definition",
+        errors=(400, 404, 500, 501, 503),
+    ),
+    Route(
+        "add_definition",
+        "POST",
+        "definitions",
+        "Store a new definition (every instance follows within one heartbeat)",
+        answer="definition",
+        body="definition_body",
+        errors=_ACTION_ERRORS,
+    ),
+    Route(
+        "update_definition",
+        "POST",
+        "definitions/{job}",
+        "Replace a stored definition at the version read (409 if it changed since)",
+        answer="definition",
+        body="definition_body",
+        errors=_ACTION_ERRORS,
+    ),
+    Route(
+        "remove_definition",
+        "POST",
+        "definitions/{job}/remove",
+        "Remove a stored definition at the version read (409 if it changed since)",
+        answer="removed",
+        body="remove_body",
         errors=_ACTION_ERRORS,
     ),
 )
@@ -299,6 +344,10 @@ class DashboardAPI:
             return _error(400, exc)
         except NoLiveInstanceError as exc:
             return _error(409, exc)
+        except ConflictError as exc:
+            return Reply(409, {"error": str(exc), "current": exc.current})
+        except _NotFound as exc:
+            return _error(404, exc)
         except BackendError as exc:
             down = {"status": "unavailable", "backend": self.backend.describe(), "error": str(exc)}
             return Reply(503, down)
@@ -307,14 +356,15 @@ class DashboardAPI:
             return _error(500, exc)
 
     def _route(self, method: str, parts: list[str]) -> tuple[Handler, dict[str, str]] | Reply:
-        for route in ROUTES:
-            found = route.match(parts)
-            if found is not None:
-                break
-        else:
+        matched = [(route, found) for route in ROUTES if (found := route.match(parts)) is not None]
+        if not matched:
             return Reply(404, {"error": f"no API at {'/'.join(parts)!r}: see docs/api.md"})
-        if method != route.method and not (method == "HEAD" and route.method == "GET"):
-            return Reply(405, {"error": f"method not allowed here: use {route.method}"})
+        wanted = "GET" if method == "HEAD" else method
+        chosen = next(((r, f) for r, f in matched if r.method == wanted), None)
+        if chosen is None:
+            allowed = " or ".join(sorted({r.method for r, _ in matched}))
+            return Reply(405, {"error": f"method not allowed here: use {allowed}"})
+        route, found = chosen
         if route.action and not self.allow_actions:
             return Reply(403, {"error": ACTIONS_OFF})
         handler: Handler = getattr(self, f"_{route.name}")
@@ -368,7 +418,61 @@ class DashboardAPI:
             "instances": live,
         }
 
+    async def _definitions(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        return await api.definitions(self.backend)
+
+    async def _definition(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        namespace, name = api.split_store_name(path["job"])
+        found = await stored_jobs.get_definition(self.backend, name, namespace)
+        if found is None:
+            raise _NotFound(f"no stored definition {path['job']!r}")
+        return await self._shown(path["job"], found)
+
+    async def _shown(self, job: str, definition: Definition) -> dict[str, Any]:
+        try:
+            live = await self.backend.instances()
+            held: set[str] | None = {t for info in live for t in info.targets}
+        except CapabilityError:
+            held = None
+        return api.definition_json(job, definition, held, await self.backend.now_ms())
+
     # -- actions -----------------------------------------------------------------------
+    async def _add_definition(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        definition, namespace = _definition_body(body)
+        added = await stored_jobs.add_definition(self.backend, definition, namespace)
+        return await self._shown(store_name(namespace, added.name), added)
+
+    async def _update_definition(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        definition, namespace = _definition_body(body)
+        if store_name(namespace, definition.name) != path["job"]:
+            raise ConfigurationError(
+                f"the body names {store_name(namespace, definition.name)!r}, the path "
+                f"{path['job']!r}: give the same definition (name and namespace)"
+            )
+        changed = await stored_jobs.update_definition(self.backend, definition, namespace)
+        return await self._shown(path["job"], changed)
+
+    async def _remove_definition(
+        self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        version = _json_body(body, '{"version": <the version you read>}').get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ConfigurationError(
+                f"version {brief(version)} is not valid: give the version you read, "
+                '{"version": <integer>}'
+            )
+        namespace, name = api.split_store_name(path["job"])
+        await stored_jobs.remove_definition(self.backend, name, version, namespace)
+        return {"job": path["job"], "removed": True}
+
     async def _pause(
         self, path: Mapping[str, str], params: Mapping[str, str], body: bytes
     ) -> dict[str, Any]:
@@ -394,6 +498,29 @@ class DashboardAPI:
         job, slot = _cancel_body(body)
         cancelled = await operations.cancel(self.backend, job, slot)
         return {"job": job, "slot": slot, "cancelled": cancelled}
+
+
+class _NotFound(LookupError):
+    """A read of a stored definition that does not exist: a 404."""
+
+
+def _json_body(body: bytes, form: str) -> dict[str, Any]:
+    try:
+        data = json.loads(body or b"null")
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"body {body[:200]!r} is not valid: send a JSON object {form}")
+    return data
+
+
+def _definition_body(body: bytes) -> tuple[Definition, str | None]:
+    """The definition of a create or update body, and its namespace."""
+    data = _json_body(body, "of a definition (docs/api.md)")
+    namespace = data.pop("namespace", None)
+    if namespace is not None:
+        validate_namespace(namespace)
+    return Definition.from_json(data), namespace
 
 
 def _forced(body: bytes) -> bool:
