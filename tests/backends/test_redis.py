@@ -36,7 +36,15 @@ from redis_servers import (
 from services import service_unreachable
 
 from anarchon_core import RunContext, Scheduler
-from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, InstanceInfo, Lease, overlap_reason
+from anarchon_core.backend import (
+    DEFINITION_BACKENDS,
+    SCHEMA_VERSION,
+    ClaimRequest,
+    InstanceInfo,
+    Lease,
+    StoredDefinition,
+    overlap_reason,
+)
 from anarchon_core.backends import backend_from_url
 from anarchon_core.backends.redis import (
     RedisBackend,
@@ -75,7 +83,12 @@ ODD_NAMES = [
 
 
 def request(
-    slot: int, *, job: str = "job", token: str | None = None, horizon_ms: int = HOUR
+    slot: int,
+    *,
+    job: str = "job",
+    token: str | None = None,
+    horizon_ms: int = HOUR,
+    version: int | None = None,
 ) -> ClaimRequest:
     return ClaimRequest(
         job=job,
@@ -87,6 +100,7 @@ def request(
         horizon_ms=horizon_ms,
         skip_overlap=False,
         fingerprint="every:1s",
+        version=version,
     )
 
 
@@ -197,6 +211,19 @@ def test_claim_only_strategies_refuse_lease_operations() -> None:
         with pytest.raises(CapabilityError, match=f"strategy={strategy}"):
             asyncio.run(backend.heartbeat([lease], 1000))
     assert RedisBackend("redis://h/0").capabilities.lease
+
+
+def test_claim_only_strategies_refuse_definitions_naming_the_stores_that_keep_them() -> None:
+    for strategy in ("script", "stream-id", "idmp"):
+        backend = RedisBackend("redis://h/0", strategy=strategy)
+        for call in (
+            backend.definitions_version(),
+            backend.definitions_since(0),
+            backend.write_definition("job", "{}", expected=0),
+        ):
+            with pytest.raises(CapabilityError, match=f"strategy={strategy}") as err:
+                asyncio.run(call)
+            assert DEFINITION_BACKENDS in str(err.value)
 
 
 def test_idmp_command_construction() -> None:
@@ -499,6 +526,54 @@ async def test_bad_credentials_are_refused_not_retried() -> None:
     with pytest.raises(BackendError):
         await scheduler.start()
     assert not scheduler.running
+
+
+async def test_definition_keys() -> None:
+    """Each definition beside its job's keys, the counter and the log one key each; a
+    claim naming a version is still one round trip."""
+    url, prefix = shared_redis_url(), fresh_prefix()
+    async with opened(url=url, prefix=prefix) as backend:
+        v1 = await backend.write_definition("job", '{"a": 1}', expected=0)
+        v2 = await backend.write_definition("job", None, expected=v1)
+        v3 = await backend.write_definition("other", "{}", expected=None)
+        assert (v1, v2, v3) == (1, 2, 3)
+        base = f"{prefix}:{{job}}:"
+        assert keys_of(url, prefix) == {
+            f"{prefix}:layout",
+            f"{prefix}:definitions:version",
+            f"{prefix}:definitions:log",
+            f"{base}definition",
+            f"{prefix}:{{other}}:definition",
+        }
+        with sync_redis.Redis.from_url(url, decode_responses=True) as raw:
+            assert raw.hgetall(f"{base}definition") == {"version": "2"}  # a tombstone
+            assert raw.hgetall(f"{prefix}:{{other}}:definition") == {"version": "3", "body": "{}"}
+            assert raw.get(f"{prefix}:definitions:version") == "3"
+            assert raw.zrange(f"{prefix}:definitions:log", 0, -1, withscores=True) == [
+                ("job", 2.0),
+                ("other", 3.0),
+            ]
+        now = await backend.now_ms()
+        before = backend.round_trips
+        assert (await backend.claim(request(now, job="other", version=v3))).outcome == "won"
+        assert (await backend.claim(request(now, job="job", version=v1))).outcome == "stale"
+        assert backend.round_trips == before + 2
+        assert await backend.history(HistoryQuery(job="job")) == []
+
+
+@pytest.mark.parametrize("url", ["redis", "valkey"])
+async def test_definitions_of_odd_job_names(url: str) -> None:
+    """``definitions_since`` builds each job's key from the log in the script."""
+    async with opened(url=shared_redis_url() if url == "redis" else valkey_url()) as backend:
+        versions = [await backend.write_definition(n, f'"{n}"', expected=0) for n in ODD_NAMES]
+        assert await backend.definitions_since(0) == [
+            StoredDefinition(name, version, f'"{name}"')
+            for name, version in zip(ODD_NAMES, versions, strict=True)
+        ]
+        now = await backend.now_ms()
+        for name, version in zip(ODD_NAMES, versions, strict=True):
+            claim = await backend.claim(request(now, job=name, version=version))
+            assert claim.outcome == Outcome.WON
 
 
 async def test_operations_keys() -> None:

@@ -12,8 +12,10 @@ batch of claims or finishes, the sweep) take the keys of several jobs, declared 
 Cluster the backend gives each call only jobs of one hash slot (``_groups`` in
 :mod:`._base`), so every script stays valid there. The scripts that look at
 other runs of the same job (the overlap check, the sweep, the history and prune scans)
-build those keys from ``base`` (``prefix:{job}:``), which is in the same slot as their
-declared keys.
+and the claim's definition check build those keys from ``base`` (``prefix:{job}:``),
+which is in the same slot as their declared keys. The two scripts of job definitions
+are the exception: they join a job's definition to the store's version counter and
+change log, in other slots (see ``WRITE_DEFINITION``); they run on one server only.
 
 Numbers written by a script go through ``fmt`` (``%d``): Lua numbers are doubles and
 ``tostring`` would switch to exponent notation for large values.
@@ -32,6 +34,7 @@ __all__ = [
     "CANCEL",
     "CLAIM_LEASE",
     "CLAIM_SCRIPT",
+    "DEFINITIONS_SINCE",
     "DUE_RUNS",
     "FINISH",
     "HEARTBEAT",
@@ -44,6 +47,7 @@ __all__ = [
     "RELEASE",
     "TAKE_OVER",
     "TRIGGER",
+    "WRITE_DEFINITION",
     "LuaScript",
 ]
 
@@ -187,10 +191,21 @@ local function overlap_checker(open_keys)
   return live, mark
 end
 
+-- Whether the job holds exactly ``version`` of its definition with a body (a removal
+-- leaves the version without a body). ``base .. 'definition'`` shares the job's hash
+-- slot with the claim's declared keys.
+local function holds(base, version)
+  local key = base .. 'definition'
+  return redis.call('HGET', key, 'version') == version
+    and redis.call('HEXISTS', key, 'body') == 1
+end
+
 -- One lease claim at the script's ``now``, as the contract decides it alone; returns
 -- the outcome and the attempt. ``live(base, open, slot)`` is the overlap check.
+-- ``version``: the stored definition's version the claim names ('' for none: a code
+-- job, not checked, so that such a claim reads nothing more).
 local function claim_lease(run, lease, job, open, slots, slot, token, instance, lease_ms,
-    horizon_ms, skip, origin, fp, base, now, live)
+    horizon_ms, skip, origin, fp, base, version, now, live)
   local held = redis.call('HMGET', run, 'token', 'attempt', 'state')
   if held[2] then
     if held[1] == token and held[2] == '1' then
@@ -202,6 +217,7 @@ local function claim_lease(run, lease, job, open, slots, slot, token, instance, 
   local s = tonumber(slot)
   if s < now - tonumber(horizon_ms) then return 'expired', 0 end
   if s > now + EARLY then return 'early', 0 end
+  if version ~= '' and not holds(base, version) then return 'stale', 0 end
   local j = redis.call('HMGET', job, 'paused', 'last')
   local nothing, overlapped = nil, nil
   if j[1] == '1' then
@@ -229,7 +245,7 @@ end
 # makes a later slot of its job ``skipped``).
 # KEYS: per claim: run, lease, job, open, slots
 # ARGV: per claim: slot, token, instance, lease_ms, horizon_ms, skip_overlap, origin,
-#       fingerprint, base
+#       fingerprint, base, definition version ('' for none)
 # Returns {now, outcome, attempt, outcome, attempt, ...}: one pair per claim, in order.
 CLAIM_LEASE = _script(
     "claim",
@@ -239,7 +255,7 @@ local now = now_ms()
 local open_keys, listed = {}, {}
 for k = 4, #KEYS, 5 do
   local open = KEYS[k]
-  if ARGV[(k - 4) / 5 * 9 + 6] == '1' and not listed[open] then
+  if ARGV[(k - 4) / 5 * 10 + 6] == '1' and not listed[open] then
     listed[open] = true
     open_keys[#open_keys + 1] = open
   end
@@ -247,10 +263,10 @@ end
 local live, mark = overlap_checker(open_keys)
 local out = {now}
 for i = 0, #KEYS / 5 - 1 do
-  local k, a = 5 * i, 9 * i
+  local k, a = 5 * i, 10 * i
   local outcome, attempt = claim_lease(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
     KEYS[k + 5], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-    ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], now, live)
+    ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], now, live)
   if outcome == 'won' then mark(KEYS[k + 4]) end
   out[#out + 1] = outcome
   out[#out + 1] = attempt
@@ -552,6 +568,62 @@ return out
 """,
 )
 
+# A job's definition stored (``body``) or removed (a tombstone: the version kept, the
+# body deleted), if the version it holds is ``expected``; the store's counter issues the
+# new version and the change log records it, in this one script: versions are issued in
+# commit order and a reader of the log never sees a change half made.
+# Its keys lie in several hash slots (the job's definition in the job's, the counter
+# and the log each in its own), as do those of DEFINITIONS_SINCE: fine on one server,
+# refused by Redis Cluster (CROSSSLOT), which the backend does not support yet;
+# definitions will need another layout there.
+# KEYS: definition, counter, log
+# ARGV: job, expected version ('' for whatever it is, 0 for none), has body ('1'/'0'), body
+# Returns {'conflict', the version held (0: none or removed)} or {'written', the new
+# version (0: a removal of nothing, nothing written)}.
+WRITE_DEFINITION = _script(
+    "write_definition",
+    """
+local def = KEYS[1]
+local current = 0
+if redis.call('HEXISTS', def, 'body') == 1 then
+  current = tonumber(redis.call('HGET', def, 'version'))
+end
+if ARGV[2] ~= '' and tonumber(ARGV[2]) ~= current then return {'conflict', current} end
+if ARGV[3] == '0' and current == 0 then return {'written', 0} end
+local n = redis.call('INCR', KEYS[2])
+local v = fmt(n)
+if ARGV[3] == '1' then
+  redis.call('HSET', def, 'version', v, 'body', ARGV[4])
+else
+  redis.call('HSET', def, 'version', v)
+  redis.call('HDEL', def, 'body')
+end
+redis.call('ZADD', KEYS[3], v, ARGV[1])
+return {'written', n}
+""",
+)
+
+# Every definition changed after a version, read in one script so that no write falls
+# between the log and the definitions (a later change of a job read here would carry a
+# version above changes of other jobs not read). The definitions' keys are built from
+# the log's members (each job's own hash slot): like the write, one server only.
+# KEYS: log
+# ARGV: version (exclusive), the definition key before the job, the key after the job
+# Returns a flat list: job, version, body (nil for a tombstone), ... by version.
+DEFINITIONS_SINCE = _script(
+    "definitions_since",
+    """
+local out = {}
+for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')) do
+  local d = redis.call('HMGET', ARGV[2] .. job .. ARGV[3], 'version', 'body')
+  out[#out + 1] = job
+  out[#out + 1] = d[1]
+  out[#out + 1] = d[2]
+end
+return out
+""",
+)
+
 # KEYS: slots
 # ARGV: base, max score ('+inf', '(until', or the cursor's slot), min score ('-inf' or
 #       since), status ('' for any), limit, cursor slot and attempt ('' '' for none: the
@@ -658,6 +730,8 @@ LUA_SCRIPTS = (
     CANCEL,
     REGISTER,
     INSTANCES,
+    WRITE_DEFINITION,
+    DEFINITIONS_SINCE,
     HISTORY,
     PRUNE,
     IDMP_SETUP,

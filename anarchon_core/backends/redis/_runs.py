@@ -14,7 +14,15 @@ Per job (``B`` = ``prefix:{job}:``, one Redis Cluster hash slot):
 ``B open``         set     slots whose run is pending, running or waiting (lease only).
 ``B slots``        zset    every slot with a history record (score = slot): history, prune.
 ``B job``          hash    ``paused`` and ``last`` (the latest scheduled slot: catch-up).
+``B definition``   hash    the job's stored definition (lease only): ``version`` (issued
+                           by the store's counter) and ``body`` (its JSON text; a removal
+                           keeps the version without a body, a tombstone).
 =================  ======  ==============================================================
+
+Per store (lease only): ``prefix:definitions:version`` (string), the counter that issues
+definition versions (``INCR``), and ``prefix:definitions:log`` (sorted set), every job
+with a stored definition or tombstone, scored by its version: what
+``definitions_since`` reads.
 
 Every operation is one of the Lua scripts in :mod:`._lua`, which mirror the
 in-memory reference backend; this module only names keys and parses replies.
@@ -34,10 +42,12 @@ from ...backend import (
     FinishRequest,
     Lease,
     PruneScope,
+    StoredDefinition,
     TakeoverRequest,
     bound_error,
     meta_json,
 )
+from ...errors import ConflictError
 from ...records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 from . import _lua as lua
 from ._base import Call, RedisBackend, command, execute, newest_slot, queue
@@ -227,6 +237,8 @@ class RedisLeaseBackend(_RunsBackend):
         lua.CANCEL,
         lua.HISTORY,
         lua.PRUNE,
+        lua.WRITE_DEFINITION,
+        lua.DEFINITIONS_SINCE,
     )
 
     def _claim_call(self, requests: Sequence[ClaimRequest]) -> Call:
@@ -251,6 +263,7 @@ class RedisLeaseBackend(_RunsBackend):
                 str(request.origin),
                 request.fingerprint,
                 self._base(job),
+                "" if request.version is None else request.version,
             ]
         return lua.CLAIM_LEASE, keys, args
 
@@ -326,6 +339,56 @@ class RedisLeaseBackend(_RunsBackend):
         with self._errors():
             last = await command(self.client, "HGET", self._key(job, "job"), "last")
         return None if last is None else int(last)
+
+    # -- job definitions -------------------------------------------------------------
+    # The definition lives beside the job's other keys (``B definition``), so the claim
+    # script reads it in the job's hash slot; the counter and the change log are one key
+    # each for the whole store.
+    @property
+    def _definitions_version_key(self) -> str:
+        return f"{self.prefix}:definitions:version"
+
+    @property
+    def _definitions_log_key(self) -> str:
+        return f"{self.prefix}:definitions:log"
+
+    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
+        """One script: the version check, ``INCR`` of the counter, the job's key, the log.
+
+        Its keys lie in several hash slots (the job's, the counter's, the log's): one
+        server only, not Redis Cluster yet (see ``WRITE_DEFINITION``).
+        """
+        verdict, version = await self._eval(
+            lua.WRITE_DEFINITION,
+            [
+                self._key(job, "definition"),
+                self._definitions_version_key,
+                self._definitions_log_key,
+            ],
+            [job, "" if expected is None else expected, "0" if body is None else "1", body or ""],
+        )
+        if verdict == "conflict":
+            current = int(version)
+            raise ConflictError(
+                f"definition {job!r} is at version {current}, not {expected}", current=current
+            )
+        return int(version)
+
+    async def definitions_since(self, version: int) -> list[StoredDefinition]:
+        """One script reads the log after ``version`` and each job's definition with it."""
+        before, _, after = self._key("\0", "definition").partition("\0")  # around the job
+        reply = await self._eval(
+            lua.DEFINITIONS_SINCE, [self._definitions_log_key], [version, before, after]
+        )
+        return [
+            StoredDefinition(reply[i], int(reply[i + 1]), reply[i + 2])
+            for i in range(0, len(reply), 3)
+        ]
+
+    async def definitions_version(self) -> int:
+        with self._errors():
+            version = await command(self.client, "GET", self._definitions_version_key)
+        return 0 if version is None else int(version)
 
     # -- operations ----------------------------------------------------------------
     async def trigger(self, job: str, requested_by: str) -> int:
