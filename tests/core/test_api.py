@@ -13,6 +13,7 @@ import pytest
 from anarchon_core import Scheduler
 from anarchon_core.backend import ClaimRequest, InstanceInfo, Lease, TakeoverRequest
 from anarchon_core.backends.memory import MemoryBackend
+from anarchon_core.definitions import Definition
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import Job
 from anarchon_core.records import HistoryQuery, Origin, Outcome, RunRecord, Status
@@ -383,17 +384,34 @@ def test_every_route_is_dispatched_and_its_answers_match_its_schemas() -> None:
     lease = run(c.run("sync", START, Status.RUNNING))
     endpoints = DashboardAPI(c.backend, allow_actions=True, requested_by="test")
     closed = DashboardAPI(c.backend)
-    bodies = {"cancel": {"job": "sync", "slot": lease.slot}}
+    report = Definition.create("report", Every("1m"), "reports.send")
+    run(c.backend.write_definition("report", report.body(), expected=0))
+
+    def version() -> int:
+        stored = run(c.backend.definitions_since(0))
+        return max(d.version for d in stored if d.job == "report")
+
+    bodies: dict[str, Any] = {
+        "cancel": lambda: {"job": "sync", "slot": lease.slot},
+        "add_definition": lambda: {**report.to_json(), "name": "fresh", "version": 0},
+        "update_definition": lambda: {**report.to_json(), "version": version()},
+        "remove_definition": lambda: {"version": version()},
+    }
     assert sorted(r.name for r in ROUTES) == sorted(
         ["jobs", "runs", "instances", "health", "pause", "resume", "trigger", "cancel"]
+        + ["definitions", "definition", "add_definition", "update_definition"]
+        + ["remove_definition"]
     )
     for route in ROUTES:
-        path = route.path.format(job="sync")
+        name = "report" if "definition" in route.name else "sync"
+        path = route.path.format(job=name)
         responses = route.openapi()["responses"]
-        answers = [call(endpoints, route.method, path, bodies.get(route.name, {}))]
+        body = bodies.get(route.name, dict)()
+        answers = [call(endpoints, route.method, path, body)]
+        assert answers[0][0] == 200, (route.name, answers[0])
         if route.action:
             answers.append(call(closed, route.method, path, {}))  # 403: actions are off
-            answers.append(call(endpoints, route.method, path.replace("sync", "bad name!"), {}))
+            answers.append(call(endpoints, route.method, path.replace(name, "bad name!"), {}))
         else:
             answers.append(call(endpoints, "POST", path))  # 405, in the error's shape
         for status, body in answers:
@@ -404,7 +422,7 @@ def test_every_route_is_dispatched_and_its_answers_match_its_schemas() -> None:
     bad = call(endpoints, "GET", "runs", limit="many")
     assert bad[0] == 400
     jsonschema_rs.validate(SCHEMAS["error"], bad[1])
-    jsonschema_rs.validate(SCHEMAS["cancel_body"], bodies["cancel"])
+    jsonschema_rs.validate(SCHEMAS["cancel_body"], bodies["cancel"]())
     assert not jsonschema_rs.is_valid(SCHEMAS["runs"], {"runs": [{"job": "sync"}]})
 
 

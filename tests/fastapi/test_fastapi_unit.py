@@ -235,6 +235,9 @@ def test_actions_are_refused_and_undocumented_unless_allowed() -> None:
             ("jobs/report/resume", {}),
             ("jobs/report/trigger", {}),
             ("runs/cancel", {"job": "report", "slot": 0}),
+            ("definitions", {"name": "x", "schedule": {"every": "1h"}, "target": "t"}),
+            ("definitions/x", {"name": "x", "schedule": {"every": "1h"}, "target": "t"}),
+            ("definitions/x/remove", {"version": 1}),
         ):
             refused = client.post(f"/anarchon/api/{path}", json=body)
             assert refused.status_code == 403, path
@@ -242,6 +245,8 @@ def test_actions_are_refused_and_undocumented_unless_allowed() -> None:
             assert "router(allow_actions=True" in refused.json()["error"]
         paths = client.get("/openapi.json").json()["paths"]
         assert sorted(paths) == [
+            "/anarchon/api/definitions",
+            "/anarchon/api/definitions/{job}",
             "/anarchon/api/health",
             "/anarchon/api/instances",
             "/anarchon/api/jobs",
