@@ -66,7 +66,7 @@ def test_schedules_from_their_json_forms() -> None:
     )
     assert schedule_from_json({"at": T}) == At(T)
     for bad in ({"every": "10s", "tz": "UTC"}, {"every": "1s", "cron": "* * * * *"}, "10s", {}):
-        with pytest.raises(ConfigurationError, match="schedule .* is not valid"):
+        with pytest.raises(ConfigurationError, match=r"schedule .* is not valid"):
             schedule_from_json(bad)
 
 
