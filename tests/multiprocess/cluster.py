@@ -33,16 +33,23 @@ class Cluster(Children):
     scheduler: dict[str, Any]
     jobs: list[dict[str, Any]]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: Targets the workers register (``{"name": …, "sleep_s": …}``) for stored definitions.
+    targets: list[dict[str, Any]] = field(default_factory=list)
     #: Workers dump their Prometheus samples and stats at stop (see :meth:`metrics`).
     dump_metrics: bool = False
 
-    def start(self, instance_id: str, **overrides: Any) -> subprocess.Popen[bytes]:
+    def start(
+        self, instance_id: str, *, deaf: bool = False, **overrides: Any
+    ) -> subprocess.Popen[bytes]:
+        """Start a worker; ``deaf``: it reads the stored definitions at start only."""
         spec = {
+            "deaf": deaf,
             "backend": self.backend,
             "instance_id": instance_id,
             "events": str(self.events_path),
             "scheduler": {**self.scheduler, **overrides},
             "jobs": self.jobs,
+            "targets": self.targets,
         }
         if self.dump_metrics:
             spec["metrics_out"] = str(self.metrics_path(instance_id))
@@ -90,9 +97,10 @@ def cluster(
     *,
     jobs: list[dict[str, Any]],
     dump_metrics: bool = False,
+    targets: list[dict[str, Any]] | None = None,
     **scheduler: Any,
 ) -> Iterator[Cluster]:
-    c = Cluster(backend, tmp, scheduler, jobs, dump_metrics=dump_metrics)
+    c = Cluster(backend, tmp, scheduler, jobs, targets=targets or [], dump_metrics=dump_metrics)
     try:
         yield c
     finally:

@@ -73,6 +73,19 @@ def make_handler(events: str, spec: dict[str, Any]) -> Any:
     return sync_handler
 
 
+def make_target(events: str, spec: dict[str, Any]) -> Any:
+    """A target: records its start (with the definition's args) and end."""
+    sleep_s = float(spec.get("sleep_s", 0))
+
+    async def target(ctx: RunContext, *args: Any, **kwargs: Any) -> None:
+        where = {"job": ctx.job, "slot": ctx.slot, "attempt": ctx.attempt}
+        emit(events, e="start", instance=ctx.instance_id, args=list(args), **where)
+        await asyncio.sleep(sleep_s)
+        emit(events, e="end", instance=ctx.instance_id, **where)
+
+    return target
+
+
 def dump_metrics(path: str, scheduler: Scheduler) -> None:
     """Write this process's ``anarchon_*`` samples and stats; atomically (rename)."""
     from prometheus_client import REGISTRY
@@ -103,6 +116,8 @@ def main() -> None:
         scheduler.every(
             job["name"], job["every"], make_handler(spec["events"], job), **job.get("options", {})
         )
+    for target in spec.get("targets", []):  # what stored definitions may run
+        scheduler.add_target(target["name"], make_target(spec["events"], target))
 
     async def serve() -> None:
         import signal
@@ -112,6 +127,10 @@ def main() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await scheduler.start()
+        if spec.get("deaf"):  # reads the definitions once, then never polls for changes
+            engine = scheduler._engine
+            assert engine is not None and engine.follower is not None
+            engine.follower.kept = False
         emit(spec["events"], e="ready", instance=spec["instance_id"])
         await stop.wait()
         await scheduler.stop()
