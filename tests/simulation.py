@@ -17,6 +17,9 @@ with every instance up and every link healthy; then everything stops.
   instances catch up with the default ``catch_up="latest"``: a catch-up run's horizon is
   the catch-up window);
 - a slot of the calm stretch with no run (``missed``);
+- a run of the stored definition ``stored`` whose slot is not one of the definition in
+  force when the store decided its claim (``superseded``): an operator changes,
+  disables, removes and re-adds it during the storm, straight on the store;
 - history that disagrees with what ran (``untrue``): ``success`` for an attempt whose
   handler did not complete, an attempt that ran with no record, a run left
   ``running``. An ``interrupted`` attempt whose handler did complete, but whose finish
@@ -33,8 +36,10 @@ from dataclasses import dataclass, field
 
 from virtual import BASE_MS, Execution, Recorder, run_virtual
 
-from anarchon_core import MemoryBackend, Scheduler
+from anarchon_core import MemoryBackend, RunContext, Scheduler
+from anarchon_core.definitions import Definition
 from anarchon_core.records import HistoryQuery, RunRecord, Status
+from anarchon_core.schedules import Every, Schedule
 from anarchon_core.testing import Faults, FaultyBackend, LoopClock
 
 INSTANCES = 5
@@ -50,6 +55,9 @@ JOBS = (
     ("slow", 1000, 450, False),
     ("deaf", 1000, 250, True),
 )
+#: The stored definition's schedules the operator switches between (ms), and its last.
+STORED_EVERY = (300, 500, 700)
+STORED_FINAL_MS = 400
 
 
 @dataclass
@@ -59,6 +67,7 @@ class Report:
     ignored_fence: int = 0
     late: list[Execution] = field(default_factory=list)
     missed: list[tuple[str, int]] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
     untrue: list[str] = field(default_factory=list)
     unrecorded_finish: int = 0
     executions: int = 0
@@ -68,16 +77,19 @@ class Report:
     #: The calm stretch, store-clock ms.
     calm_from: int = 0
     calm_to: int = 0
+    #: The stored definition's changes: (store time, the schedule in force or None).
+    definitions: list[tuple[int, Schedule | None]] = field(default_factory=list)
 
     @property
     def broken(self) -> bool:
-        return bool(self.concurrent or self.late or self.missed or self.untrue)
+        return bool(self.concurrent or self.late or self.missed or self.untrue or self.superseded)
 
     def explain(self) -> str:
         lines = [f"seed {self.seed} (replay: ANARCHON_SIM_SEED={self.seed})"]
         lines += [f"  concurrent: {a} | {b}" for a, b in self.concurrent]
         lines += [f"  late start: {run}" for run in self.late]
         lines += [f"  missed: {job}@{slot}" for job, slot in self.missed]
+        lines += [f"  superseded: {why}" for why in self.superseded]
         lines += [f"  untrue history: {text}" for text in self.untrue]
         return "\n".join(lines)
 
@@ -121,7 +133,27 @@ def simulate(seed: int) -> Report:
         )
         for job, every, work, deaf in JOBS:
             scheduler.every(job, f"{every}ms")(recorder.handler(work, ignores_cancel=deaf))
+        stored = recorder.handler(60)
+
+        async def target(ctx: RunContext) -> None:
+            await stored(ctx)
+
+        scheduler.add_target("t", target)
         return Instance(name, offset, link, scheduler)
+
+    version = 0
+
+    async def change(schedule: Schedule | None, enabled: bool = True) -> None:
+        """The operator's change of the stored definition, on a healthy link."""
+        nonlocal version
+        if schedule is None:
+            if version:
+                await store.write_definition("stored", None, expected=version)
+                version = 0
+        else:
+            body = Definition.create("stored", schedule, "t", enabled=enabled).body()
+            version = await store.write_definition("stored", body, expected=version)
+        report.definitions.append((recorder.clock(), schedule if enabled else None))
 
     async def main() -> list[RunRecord]:
         hosts = [rng.randint(-LEASE_MS // 2, LEASE_MS // 2) for _ in range(INSTANCES)]
@@ -129,6 +161,7 @@ def simulate(seed: int) -> Report:
         generation = Counter[int]()
         for instance in live:
             await instance.scheduler.start()
+        await change(Every(f"{rng.choice(STORED_EVERY)}ms"))
         dying: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
         storm_end = loop.time() + STORM_S
@@ -147,6 +180,16 @@ def simulate(seed: int) -> Report:
                 generation[n] += 1
                 live[n] = make(f"i{n}.{generation[n]}", hosts[n])
                 await live[n].scheduler.start()
+            if rng.random() < 0.3:
+                what = rng.random()
+                every = Every(f"{rng.choice(STORED_EVERY)}ms")
+                if what < 0.6:
+                    await change(every)
+                elif what < 0.8:
+                    await change(every, enabled=False)
+                else:
+                    await change(None)
+        await change(Every(f"{STORED_FINAL_MS}ms"))
         for n, instance in enumerate(live):  # the calm: every instance up, every link healthy
             report.faults.update(instance.link.injected)
             if instance.name not in recorder.dead:  # a dead one's link stays cut
@@ -177,7 +220,7 @@ def _judge(report: Report, recorder: Recorder, records: list[RunRecord]) -> None
             report.ignored_fence += 1
         else:
             report.concurrent.append((first, second))
-    intervals = {job: every for job, every, _, _ in JOBS}
+    intervals = {job: every for job, every, _, _ in JOBS} | {"stored": max(STORED_EVERY)}
     for run in runs:  # a catch-up run's horizon is the catch-up window: never late here
         if run.origin == "schedule" and run.start > run.slot + intervals[run.job]:
             report.late.append(run)
@@ -199,10 +242,33 @@ def _judge(report: Report, recorder: Recorder, records: list[RunRecord]) -> None
             report.untrue.append(f"{record} failed, but its handler never ran")
         elif record.status == Status.INTERRUPTED and run is not None and run.completed:
             report.unrecorded_finish += 1
+    _judge_stored(report, runs, by_attempt)
     started = {(run.job, run.slot) for run in runs}
     nothing_ran = {(r.job, r.slot) for r in records if r.status in (Status.SKIPPED, Status.PAUSED)}
-    for job, every, _, _ in JOBS:
+    for job, every, _, _ in (*JOBS, ("stored", STORED_FINAL_MS, 0, False)):
         first = (report.calm_from + SETTLE_MS) // every * every + every
         for slot in range(first, report.calm_to - every - LEASE_MS, every):
             if (job, slot) not in started and (job, slot) not in nothing_ran:
                 report.missed.append((job, slot))
+
+
+def _judge_stored(
+    report: Report, runs: list[Execution], by_attempt: dict[tuple[str, int, int], RunRecord]
+) -> None:
+    """Each first attempt of the stored job claimed a slot of the definition in force
+    when the store decided it (a change at that very instant may order either way)."""
+    for run in runs:
+        if run.job != "stored" or run.attempt != 1:
+            continue
+        record = by_attempt.get((run.job, run.slot, 1))
+        if record is None or record.claimed_at is None:
+            continue  # reported as untrue
+        decided = record.claimed_at
+        candidates = [s for t, s in report.definitions if t == decided]
+        before = [s for t, s in report.definitions if t < decided]
+        candidates.append(before[-1] if before else None)
+        if not any(
+            s is not None and run.slot in s.slots_between(run.slot - 1, run.slot)
+            for s in candidates
+        ):
+            report.superseded.append(f"{run} claimed at {decided}, definitions {candidates}")

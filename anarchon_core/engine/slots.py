@@ -120,7 +120,9 @@ class SlotLoop:
 
     def add(self, job: Job) -> None:
         """Plan a job that was added (or changed) while the loop runs, from now on; the
-        entries of the job it replaces are dropped as they come due."""
+        entries of the job it replaces are dropped as they come due, and the slots it
+        passed to its candidates are forgotten (they are not the new definition's)."""
+        self._passed.pop(job.store_name, None)
         self._plan_next(job, self.now())
         self._added.set()
 
