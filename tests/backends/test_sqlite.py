@@ -354,6 +354,25 @@ async def test_a_file_of_the_previous_layout_gets_the_definition_columns(tmp_pat
         await backend.close()
 
 
+async def test_versions_never_go_back_when_the_counter_row_is_gone(tmp_path: Path) -> None:
+    """The counter row deleted by hand (or by a host's flush of the meta table alone):
+    the store continues from the highest version its rows hold."""
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+    try:
+        await backend.write_definition("a", "{}", expected=0)
+        b = await backend.write_definition("b", "{}", expected=0)
+        with _connect(path) as conn:
+            conn.execute("DELETE FROM anarchon_meta WHERE key = 'definitions_version'")
+        assert await backend.definitions_version() == b
+        c = await backend.write_definition("c", "{}", expected=0)
+        assert c == b + 1
+        assert await backend.definitions_version() == c
+    finally:
+        await backend.close()
+
+
 async def test_due_runs_filters_thousands_of_names(tmp_path: Path) -> None:
     backend = SqliteBackend(tmp_path / "x.db")
     await backend.open()
