@@ -93,6 +93,7 @@ def oracle(text: str) -> str:
     text = re.sub(r"ON CONFLICT \(\w+\) DO UPDATE SET", "ON DUPLICATE KEY UPDATE", text)
     text = re.sub(r"excluded\.(\w+)", r"VALUES(\1)", text)
     text = re.sub(r"(\w+) IS NOT \?", r"NOT (\1 <=> ?)", text)
+    text = re.sub(r"(?<![`\w])key(?![`\w])", "`key`", text)  # a reserved word
     return " ".join(text.replace("?", "%s").split())
 
 
