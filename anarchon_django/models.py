@@ -19,7 +19,7 @@ from django.db.models import Q, Value
 
 from anarchon_core.records import Origin, RunRecord, Status
 
-__all__ = ["HistoryRecord", "Instance", "Job", "KeyField", "Run", "StoreMeta"]
+__all__ = ["DefinitionField", "HistoryRecord", "Instance", "Job", "KeyField", "Run", "StoreMeta"]
 
 _STATUSES = [(status.value, status.value) for status in Status]
 _ORIGINS = [(origin.value, origin.value) for origin in Origin]
@@ -46,6 +46,20 @@ class KeyField(_TextField):
         if connection.vendor == "mysql":
             return f"varchar({self.MYSQL_LENGTH})"
         return super().db_type(connection)
+
+    def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        params: dict[str, Any] = dict(super().db_parameters(connection))
+        if connection.vendor == "mysql":
+            params["collation"] = exact_collation(connection)
+        return params
+
+
+class DefinitionField(_TextField):
+    """A stored job definition's JSON text: ``TextField`` everywhere (``longtext`` on
+    MySQL/MariaDB), there in utf8mb4 (the binary collation of :class:`KeyField`) whatever
+    the database's default character set, so that any text a definition holds is kept
+    as written. It is never compared or indexed.
+    """
 
     def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
         params: dict[str, Any] = dict(super().db_parameters(connection))
@@ -171,10 +185,23 @@ class HistoryRecord(_Table):
 
 
 class Job(_Table):
-    """A job's flags shared by every instance: whether it is paused."""
+    """A job's state shared by every instance: whether it is paused, and its definition
+    if it is kept in the store.
+
+    ``version`` is the store's counter of definition changes (``anarchon_meta``'s
+    ``definitions_version``) at this definition's last change; ``definition`` its JSON
+    text. A removed definition keeps its version with no text, so that every replica
+    learns of the removal; a job never defined in the store has neither.
+    """
 
     job: models.TextField[str, str] = KeyField()
     paused: models.BooleanField[bool, bool] = models.BooleanField(default=False, db_default=False)
+    version: models.BigIntegerField[int | None, int | None] = models.BigIntegerField(
+        null=True, blank=True, help_text="the store's definitions counter at its last change"
+    )
+    definition: models.TextField[str | None, str | None] = DefinitionField(
+        null=True, blank=True, help_text="the stored job definition (JSON); none if removed"
+    )
     shown = "{job}"
 
     class Meta:

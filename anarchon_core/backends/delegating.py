@@ -116,6 +116,19 @@ class DelegatingBackend(Backend):
             "prune", lambda: self.inner.prune(older_than_ms, jobs=jobs, namespace=namespace)
         )
 
+    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
+        return await self._through(
+            "write_definition", lambda: self.inner.write_definition(job, body, expected=expected)
+        )
+
+    async def definitions_since(self, version: int) -> list[StoredDefinition]:
+        return await self._through(
+            "definitions_since", lambda: self.inner.definitions_since(version)
+        )
+
+    async def definitions_version(self) -> int:
+        return await self._through("definitions_version", lambda: self.inner.definitions_version())
+
     async def set_paused(self, job: str, paused: bool) -> None:
         await self._through("set_paused", lambda: self.inner.set_paused(job, paused))
 

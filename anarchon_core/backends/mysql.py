@@ -16,10 +16,12 @@ on SQLite that is the file's write lock, and here it is one row lock:
   (one that fails rolls back alone, as on SQLite), then commits. Every process that
   writes the store takes the same row lock first, so decisions are serialised across
   processes and hosts exactly as SQLite serialises them; a claim that can only lose
-  reads the run without the lock (the core's precheck). The session is READ
-  COMMITTED and the lock is the transaction's first statement, so each read of a
-  decision sees everything committed before it (no REPEATABLE READ snapshot taken
-  before the lock can mislead it), and InnoDB takes no gap locks.
+  reads the run without the lock (the core's precheck). The counter of job definition
+  changes (``anarchon_meta``'s ``definitions_version``) is read and advanced under the
+  same lock, in the change's own transaction, so versions are issued in commit order.
+  The session is READ COMMITTED and the lock is the transaction's first statement, so
+  each read of a decision sees everything committed before it (no REPEATABLE READ
+  snapshot taken before the lock can mislead it), and InnoDB takes no gap locks.
 - **The clock** is the database server's: the lock statement reads it
   (``SYSDATE(6)``, evaluated once the row lock is granted, not when the statement
   began waiting), in a UTC session so that no daylight-saving hour is ambiguous, and
@@ -34,7 +36,8 @@ on SQLite that is the file's write lock, and here it is one row lock:
   one off for longer than that.
 - **Statements.** The core's SQLite statements are translated once per text
   (:func:`translate`): an explicit MySQL form for each statement whose syntax differs
-  (:data:`OVERRIDES`: ``INSERT OR REPLACE``, ``ON CONFLICT … DO UPDATE``, ``IS NOT ?``),
+  (:data:`OVERRIDES`: ``INSERT OR REPLACE``, ``ON CONFLICT … DO UPDATE``, ``IS NOT ?``,
+  the column ``key``),
   and for the others the placeholder change alone (``?`` → ``%s``). A statement still
   holding SQLite-only syntax is refused, not sent, so a core change that adds one
   fails loudly (``tests/django/test_orm_mysql.py`` translates every statement).
@@ -116,10 +119,11 @@ _SAVEPOINT = "anarchon_decision"
 #: The MySQL form of each core statement whose SQLite syntax MySQL lacks: ``REPLACE``
 #: for ``INSERT OR REPLACE`` (both delete the conflicting row and insert the new one),
 #: ``ON DUPLICATE KEY UPDATE c = VALUES(c)`` for ``ON CONFLICT (k) DO UPDATE SET c =
-#: excluded.c``, the null-safe ``NOT (x <=> ?)`` for ``x IS NOT ?``; and the claim
-#: precheck's read, which also reads the server's clock (:data:`CLOCKED`). Keyed by the
-#: core's text: a core statement that changes no longer matches, and is refused until its
-#: MySQL form is updated here.
+#: excluded.c``, the null-safe ``NOT (x <=> ?)`` for ``x IS NOT ?``, ```key``` quoted
+#: (``anarchon_meta``'s column, a reserved word); and the claim precheck's read, which
+#: also reads the server's clock (:data:`CLOCKED`). Keyed by the core's text: a core
+#: statement that changes no longer matches, and is refused until its MySQL form is
+#: updated here.
 OVERRIDES: dict[str, str] = {
     sql.RUN_TOKEN: f"SELECT token, {CLOCK_MS} FROM anarchon_runs WHERE job = %s AND slot = %s",
     sql.SET_PAUSED: """
@@ -141,6 +145,19 @@ REPLACE INTO anarchon_attempts
     (job, slot, attempt, origin, status, instance_id, claimed_at, started_at, finished_at,
      error)
 VALUES (%s, %s, 0, %s, %s, %s, %s, NULL, %s, %s)
+""",
+    # Job definitions: the counter row of anarchon_meta (read and advanced under the
+    # store-wide lock, as every write is) and the job's row.
+    sql.DEFINITIONS_VERSION: (
+        "SELECT value FROM anarchon_meta WHERE `key` = 'definitions_version'"
+    ),
+    sql.SET_DEFINITIONS_VERSION: """
+INSERT INTO anarchon_meta (`key`, value) VALUES ('definitions_version', %s)
+ON DUPLICATE KEY UPDATE value = VALUES(value)
+""",
+    sql.WRITE_DEFINITION: """
+INSERT INTO anarchon_jobs (job, paused, version, definition) VALUES (%s, 0, %s, %s)
+ON DUPLICATE KEY UPDATE version = VALUES(version), definition = VALUES(definition)
 """,
     sql.PRUNE_ATTEMPTS: sql.PRUNE_ATTEMPTS.replace(
         "slot IS NOT ? AND slot IS NOT ?", "NOT (slot <=> %s) AND NOT (slot <=> %s)"

@@ -23,7 +23,13 @@ from typing import Any
 
 import pytest
 
-from anarchon_core.backend import SCHEMA_VERSION, ClaimRequest, FinishRequest, Lease
+from anarchon_core.backend import (
+    SCHEMA_VERSION,
+    ClaimRequest,
+    FinishRequest,
+    Lease,
+    StoredDefinition,
+)
 from anarchon_core.backends import backend_from_url
 from anarchon_core.backends.sqlite import SqliteBackend
 from anarchon_core.backends.sqlite import _batch as _sqlite_batch
@@ -247,6 +253,7 @@ HISTORY_PAGE = sql.HISTORY_COLUMNS + " WHERE (slot, job, attempt) < (?, ?, ?)" +
         (sql.LIVE_RUN, "anarchon_runs_open"),
         (sql.DUE_RUNS, "anarchon_runs_open"),
         (sql.LAST_SCHEDULED_SLOT, "sqlite_autoindex_anarchon_runs_1"),
+        (sql.CLAIM_JOB, "sqlite_autoindex_anarchon_jobs_1"),
         (sql.HISTORY_COLUMNS + sql.HISTORY_ORDER, "anarchon_attempts_history"),
         (
             sql.HISTORY_COLUMNS + " WHERE job = ?" + sql.HISTORY_ORDER,
@@ -319,6 +326,51 @@ async def test_a_file_with_the_former_index_gets_the_open_runs_index(tmp_path: P
     with _connect(path) as conn:
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert "anarchon_runs_open" in indexes and "anarchon_runs_state" not in indexes
+
+
+async def test_a_file_of_the_previous_layout_gets_the_definition_columns(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    with _connect(path) as conn:  # the jobs table as the release before definitions made it
+        conn.execute(sql.META_TABLE)
+        conn.execute(sql.SET_VERSION, (str(SCHEMA_VERSION),))
+        conn.execute(
+            "CREATE TABLE anarchon_jobs (job TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0)"
+        )
+        conn.execute("INSERT INTO anarchon_jobs (job, paused) VALUES ('held', 1)")
+    backend = SqliteBackend(path)
+    for _ in range(2):  # the upgrade, then an open of the upgraded file: nothing to do
+        await backend.open()
+        await backend.close()
+    with _connect(path) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(anarchon_jobs)")]
+    assert columns == ["job", "paused", "version", "definition"]
+    await backend.open()
+    try:
+        assert await backend.paused_jobs() == {"held"}
+        version = await backend.write_definition("held", "{}", expected=0)
+        assert await backend.definitions_since(0) == [StoredDefinition("held", version, "{}")]
+        assert await backend.paused_jobs() == {"held"}  # a definition leaves the pause alone
+    finally:
+        await backend.close()
+
+
+async def test_versions_never_go_back_when_the_counter_row_is_gone(tmp_path: Path) -> None:
+    """The counter row deleted by hand (or by a host's flush of the meta table alone):
+    the store continues from the highest version its rows hold."""
+    path = tmp_path / "x.db"
+    backend = SqliteBackend(path)
+    await backend.open()
+    try:
+        await backend.write_definition("a", "{}", expected=0)
+        b = await backend.write_definition("b", "{}", expected=0)
+        with _connect(path) as conn:
+            conn.execute("DELETE FROM anarchon_meta WHERE key = 'definitions_version'")
+        assert await backend.definitions_version() == b
+        c = await backend.write_definition("c", "{}", expected=0)
+        assert c == b + 1
+        assert await backend.definitions_version() == c
+    finally:
+        await backend.close()
 
 
 async def test_due_runs_filters_thousands_of_names(tmp_path: Path) -> None:
@@ -574,6 +626,24 @@ def _hammer_worker(path: str, slots: list[int], barrier: Barrier, results: Any) 
     _report(path, barrier, results, hammer)
 
 
+def _define_worker(path: str, slots: list[int], barrier: Barrier, results: Any) -> None:
+    """Create, change and remove definitions of this process's own jobs; report the
+    versions the store issued (``slots`` is only their count)."""
+
+    async def define(backend: SqliteBackend) -> list[int]:
+        prefix, versions = secrets.token_hex(4), []
+        for i in range(len(slots)):
+            job = f"{prefix}-{i}"
+            created = await backend.write_definition(job, f'{{"n": {i}}}', expected=0)
+            changed = await backend.write_definition(job, f'{{"n": {-i}}}', expected=created)
+            versions += [created, changed]
+            if i % 2:
+                versions.append(await backend.write_definition(job, None, expected=changed))
+        return versions
+
+    _report(path, barrier, results, define)
+
+
 def _open_worker(path: str, slots: list[int], barrier: Barrier, results: Any) -> None:
     """Only open (first open of a fresh file, all processes at once) and claim one slot."""
 
@@ -655,6 +725,29 @@ def test_eight_processes_hammering_one_file_never_see_a_lock_error(tmp_path: Pat
     with _connect(path) as conn:
         statuses = conn.execute("SELECT status, count(*) FROM anarchon_attempts GROUP BY status")
         assert statuses.fetchall() == [("success", 100)]
+
+
+@pytest.mark.slow
+def test_processes_writing_definitions_get_one_version_each_in_commit_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "shared.db"
+    versions = _run_processes(_define_worker, path, 6, list(range(30)))
+    assert sorted(versions) == list(range(1, 6 * 75 + 1))  # each issued once, no gap
+    assert set(versions.values()) == {1}
+
+    async def read() -> tuple[int, list[StoredDefinition]]:
+        backend = SqliteBackend(path)
+        await backend.open()
+        try:
+            return await backend.definitions_version(), await backend.definitions_since(0)
+        finally:
+            await backend.close()
+
+    newest, stored = asyncio.run(read())
+    assert newest == 6 * 75
+    assert len(stored) == 6 * 30
+    assert [d.body is None for d in stored].count(True) == 6 * 15
 
 
 @pytest.mark.slow

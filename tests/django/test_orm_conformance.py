@@ -10,4 +10,5 @@ third-party store imports them), with this directory's ``backend`` fixture: an o
 from __future__ import annotations
 
 from anarchon_core.conformance.contract import *  # noqa: F403
+from anarchon_core.conformance.definitions import *  # noqa: F403
 from anarchon_core.conformance.operations import *  # noqa: F403

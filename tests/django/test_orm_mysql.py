@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from anarchon_core.backend import ClaimRequest, InstanceInfo, Lease
+from anarchon_core.backend import ClaimRequest, InstanceInfo, Lease, StoredDefinition
 from anarchon_core.backends.sqlite import _sql as sqlite_sql
 from anarchon_core.errors import BackendError, BackendUnavailable
 from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
@@ -93,6 +93,7 @@ def oracle(text: str) -> str:
     text = re.sub(r"ON CONFLICT \(\w+\) DO UPDATE SET", "ON DUPLICATE KEY UPDATE", text)
     text = re.sub(r"excluded\.(\w+)", r"VALUES(\1)", text)
     text = re.sub(r"(\w+) IS NOT \?", r"NOT (\1 <=> ?)", text)
+    text = re.sub(r"(?<![`\w])key(?![`\w])", "`key`", text)  # a reserved word
     return " ".join(text.replace("?", "%s").split())
 
 
@@ -227,6 +228,76 @@ if ON_MYSQL:
         assert len(times) >= 9
         for key in times:
             assert columns[key][0].startswith("bigint"), key
+
+    def test_a_definition_is_utf8mb4_whatever_the_tables_default(
+        backend: DjangoBackend, runner: asyncio.Runner
+    ) -> None:
+        """``definition`` is created in the key columns' utf8mb4 collation: text outside
+        the Basic Multilingual Plane (and trailing spaces) comes back as written."""
+        exact = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT data_type, collation_name FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() AND table_name = 'anarchon_jobs' "
+                "AND column_name = 'definition'"
+            )
+            assert cursor.fetchone() == ("longtext", exact)
+        body = '{"description": "nightly 🌙 report ", "target": "reports.send"}  '
+        version = runner.run(backend.write_definition("moon", body, expected=0))
+        assert runner.run(backend.definitions_since(0)) == [StoredDefinition("moon", version, body)]
+
+    def test_two_stores_writing_definitions_at_once_get_one_version_each(
+        transactional_db: None,
+    ) -> None:
+        """Two stores (two connections, two threads): the store-wide lock orders their
+        changes, so the counter issues each version once, in commit order."""
+        versions: dict[str, list[int]] = {}
+
+        def writer(name: str, barrier: threading.Barrier) -> None:
+            async def main() -> None:
+                store = DjangoBackend("default")
+                await store.open()
+                try:
+                    barrier.wait(timeout=30)
+                    versions[name] = list(
+                        await asyncio.gather(
+                            *(
+                                store.write_definition(f"{name}-{i}", "{}", expected=0)
+                                for i in range(25)
+                            )
+                        )
+                    )
+                    for i in range(5):  # both stores change one definition in turn
+                        body = f'"{name}{i}"'
+                        version = await store.write_definition("shared", body, expected=None)
+                        versions[name].append(version)
+                finally:
+                    await store.close()
+
+            asyncio.run(main())
+
+        barrier = threading.Barrier(2)
+        threads = [threading.Thread(target=writer, args=(n, barrier)) for n in ("a", "b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        issued = versions["a"] + versions["b"]
+        assert sorted(issued) == list(range(1, 61))
+
+        async def read() -> tuple[int, list[StoredDefinition]]:
+            store = DjangoBackend("default")
+            await store.open()
+            try:
+                return await store.definitions_version(), await store.definitions_since(0)
+            finally:
+                await store.close()
+
+        newest, stored = asyncio.run(read())
+        assert newest == 60
+        assert len(stored) == 51
+        assert [d.version for d in stored] == sorted(d.version for d in stored)
+        assert stored[-1].job == "shared" and stored[-1].version == 60
 
     def test_names_and_tokens_compare_exactly(
         backend: DjangoBackend, runner: asyncio.Runner

@@ -38,6 +38,7 @@ from ...backend import (
     InstanceInfo,
     Lease,
     PruneScope,
+    StoredDefinition,
     TakeoverRequest,
     instance_json,
     wall_clock_ms,
@@ -390,6 +391,20 @@ class SqliteBackend(Backend):
         scope = PruneScope.of(jobs, namespace)
         return await self._write(partial(decisions.prune, older_than_ms=older_than_ms, scope=scope))
 
+    # -- job definitions -------------------------------------------------------------
+    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
+        """One decision under the write lock: the counter advances in the write's own
+        transaction (see :func:`~anarchon_core.backends.sqlite._decisions.write_definition`)."""
+        return await self._write(
+            partial(decisions.write_definition, job=job, body=body, expected=expected)
+        )
+
+    async def definitions_since(self, version: int) -> list[StoredDefinition]:
+        return await self._call(partial(decisions.definitions_since, version=version))
+
+    async def definitions_version(self) -> int:
+        return await self._call(decisions.definitions_version)
+
     # -- operations ----------------------------------------------------------------
     async def set_paused(self, job: str, paused: bool) -> None:
         """Pause or resume ``job``: claims of a paused job record ``paused`` and run nothing."""
@@ -452,6 +467,10 @@ def _create_layout(conn: sqlite3.Connection, _now: int) -> None:
         )
     for statement in sql.SCHEMA:
         conn.execute(statement)
+    for table, column, declared in sql.ADDED_COLUMNS:  # a file of an earlier layout
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declared}")
     if version is None:
         conn.execute(sql.SET_VERSION, (str(SCHEMA_VERSION),))
 

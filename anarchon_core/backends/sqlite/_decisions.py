@@ -22,12 +22,14 @@ from ...backend import (
     InstanceInfo,
     Lease,
     PruneScope,
+    StoredDefinition,
     TakeoverRequest,
     bound_error,
     meta_json,
     overlap_reason,
     wall_clock_ms,
 )
+from ...errors import ConflictError
 from ...records import Outcome, Status
 from . import _sql as sql
 
@@ -35,6 +37,8 @@ __all__ = [
     "cancel",
     "claim",
     "claim_precheck",
+    "definitions_since",
+    "definitions_version",
     "finish",
     "held_state",
     "instance_from_row",
@@ -43,6 +47,7 @@ __all__ = [
     "register",
     "take_over",
     "trigger",
+    "write_definition",
 ]
 
 
@@ -72,9 +77,16 @@ def claim(conn: sqlite3.Connection, now: int, *, request: ClaimRequest) -> Claim
         return Claim(Outcome.EXPIRED, store_now=now)
     if slot > now + EARLY_TOLERANCE_MS:
         return Claim(Outcome.EARLY, store_now=now)
+    if request.version is None:  # a code job: the pause alone, as before definitions
+        paused = conn.execute(sql.IS_PAUSED, (job,)).fetchone() is not None
+    else:  # the same read of the job's row also says whether that version is held
+        row = conn.execute(sql.CLAIM_JOB, (request.version, job)).fetchone()
+        if row is None or not row[1]:
+            return Claim(Outcome.STALE, store_now=now)
+        paused = bool(row[0])
     origin, fingerprint = str(request.origin), request.fingerprint
     nothing_ran: tuple[Status, Outcome, str | None] | None = None
-    if conn.execute(sql.IS_PAUSED, (job,)).fetchone() is not None:
+    if paused:
         nothing_ran = Status.PAUSED, Outcome.PAUSED, None
     elif (
         request.skip_overlap and (overlapped := live_run(conn, job, now, exclude=slot)) is not None
@@ -137,6 +149,46 @@ def take_over(conn: sqlite3.Connection, now: int, *, request: TakeoverRequest) -
         (*key, attempt, origin, Status.RUNNING.value, request.instance_id, now, now, None),
     )
     return Claim(Outcome.WON, attempt, now)
+
+
+# -- job definitions ---------------------------------------------------------------------
+def write_definition(
+    conn: sqlite3.Connection, _now: int, *, job: str, body: str | None, expected: int | None
+) -> int:
+    """Store (or, ``body`` None, remove) ``job``'s definition at the counter's next version.
+
+    Under the write lock the counter is read and advanced in the same transaction as
+    the row it versions, so versions are issued in commit order. A conflict raises
+    before anything is written (its savepoint rolls back nothing).
+    """
+    row = conn.execute(sql.DEFINITION_VERSION, (job,)).fetchone()
+    current = 0 if row is None else int(row[0])
+    if expected is not None and expected != current:
+        raise ConflictError(
+            f"definition {job!r} is at version {current}, not {expected}", current=current
+        )
+    if body is None and current == 0:  # nothing to remove: no change, no version
+        return 0
+    version = definitions_version(conn) + 1
+    conn.execute(sql.SET_DEFINITIONS_VERSION, (str(version),))
+    conn.execute(sql.WRITE_DEFINITION, (job, version, body))
+    return version
+
+
+def definitions_version(conn: sqlite3.Connection) -> int:
+    """The newest version issued: the counter row, or (none) the highest a row holds."""
+    row = conn.execute(sql.DEFINITIONS_VERSION).fetchone()
+    if row is not None:
+        return int(row[0])
+    (highest,) = conn.execute(sql.HIGHEST_DEFINITION).fetchone()
+    return 0 if highest is None else int(highest)
+
+
+def definitions_since(conn: sqlite3.Connection, version: int) -> list[StoredDefinition]:
+    """Every definition changed after ``version``, by version: one statement, so one
+    snapshot (a change is never seen without those committed before it)."""
+    rows = conn.execute(sql.DEFINITIONS_SINCE, (version,))
+    return [StoredDefinition(str(job), int(v), body) for job, v, body in rows]
 
 
 # -- operations ----------------------------------------------------------------------

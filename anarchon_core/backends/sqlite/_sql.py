@@ -2,7 +2,7 @@
 
 Kept apart so that the backend module reads as the decisions it takes. Every value
 is bound as a parameter; the only text spliced into statements is made of the
-constant statuses below.
+constant statuses below and the constant names of :data:`ADDED_COLUMNS`.
 """
 
 from __future__ import annotations
@@ -81,10 +81,16 @@ SCHEMA = (
     # Their predecessors, of a former order (job ascending), in files written before.
     "DROP INDEX IF EXISTS anarchon_attempts_slot",
     "DROP INDEX IF EXISTS anarchon_attempts_status",
+    # A job's state shared by every instance: its pause flag and its stored definition.
+    # ``version`` is the store's definitions counter when the definition last changed
+    # (NULL: never defined here); ``definition`` its JSON text (NULL with a version: a
+    # removal, kept so that definitions_since reports it).
     """
     CREATE TABLE IF NOT EXISTS anarchon_jobs (
-        job    TEXT PRIMARY KEY,
-        paused INTEGER NOT NULL DEFAULT 0
+        job        TEXT PRIMARY KEY,
+        paused     INTEGER NOT NULL DEFAULT 0,
+        version    INTEGER,
+        definition TEXT
     )
     """,
     # The instance registry: ``info`` is InstanceInfo as JSON; a row whose expiry has
@@ -97,6 +103,14 @@ SCHEMA = (
         expires_at  INTEGER NOT NULL
     )
     """,
+)
+
+#: Columns added to a table of the layout after its first release, as (table, column,
+#: declaration): a file of an earlier layout gets those it lacks when it is opened
+#: (SQLite has no ``ADD COLUMN IF NOT EXISTS``; ``PRAGMA table_info`` says which exist).
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("anarchon_jobs", "version", "INTEGER"),
+    ("anarchon_jobs", "definition", "TEXT"),
 )
 
 GET_VERSION = "SELECT value FROM anarchon_meta WHERE key = 'schema_version'"
@@ -123,6 +137,35 @@ INSERT INTO anarchon_jobs (job, paused) VALUES (?, ?)
 ON CONFLICT (job) DO UPDATE SET paused = excluded.paused
 """
 PAUSED_JOBS = "SELECT job FROM anarchon_jobs WHERE paused != 0 ORDER BY job"
+# A claim that names a definition version reads this instead of IS_PAUSED: the same one
+# read of the job's row answers whether it is paused and whether the store holds exactly
+# that version with a body (no row, another version or a removal: 0 or NULL).
+CLAIM_JOB = """
+SELECT paused != 0, version = ? AND definition IS NOT NULL FROM anarchon_jobs WHERE job = ?
+"""
+
+# Job definitions. The store's counter of definition changes is the meta row
+# 'definitions_version' (absent until the first change), read and advanced under the
+# write lock by each change, so versions are issued in commit order. A definition's
+# current version is that of a row with a body; a removal's row keeps its version.
+DEFINITIONS_VERSION = "SELECT value FROM anarchon_meta WHERE key = 'definitions_version'"
+SET_DEFINITIONS_VERSION = """
+INSERT INTO anarchon_meta (key, value) VALUES ('definitions_version', ?)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+"""
+# Where the counter row is missing (a store whose meta rows were deleted): the highest
+# version the rows hold, so that versions never go back.
+HIGHEST_DEFINITION = "SELECT max(version) FROM anarchon_jobs"
+DEFINITION_VERSION = "SELECT version FROM anarchon_jobs WHERE job = ? AND definition IS NOT NULL"
+WRITE_DEFINITION = """
+INSERT INTO anarchon_jobs (job, paused, version, definition) VALUES (?, 0, ?, ?)
+ON CONFLICT (job) DO UPDATE SET version = excluded.version, definition = excluded.definition
+"""
+# A scan of the jobs table (one row per job; no index on version): replicas read it
+# only when the counter they poll has moved, which edits of definitions alone do.
+DEFINITIONS_SINCE = """
+SELECT job, version, definition FROM anarchon_jobs WHERE version > ? ORDER BY version
+"""
 
 # Manual requests: at most one pending per job (a range of the index of open runs).
 PENDING_SLOT = f"SELECT slot FROM anarchon_runs WHERE state = '{PENDING}' AND job = ? LIMIT 1"
