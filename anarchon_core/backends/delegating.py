@@ -149,16 +149,3 @@ class DelegatingBackend(Backend):
 
     async def instances(self) -> list[InstanceInfo]:
         return await self._through("instances", lambda: self.inner.instances())
-
-    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
-        return await self._through(
-            "write_definition", lambda: self.inner.write_definition(job, body, expected=expected)
-        )
-
-    async def definitions_since(self, version: int) -> list[StoredDefinition]:
-        return await self._through(
-            "definitions_since", lambda: self.inner.definitions_since(version)
-        )
-
-    async def definitions_version(self) -> int:
-        return await self._through("definitions_version", lambda: self.inner.definitions_version())
