@@ -25,7 +25,7 @@ import datetime as dt
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -558,6 +558,18 @@ class Backend(ABC):
             f"{self.describe()} keeps no job definitions; use a store that does "
             f"({DEFINITION_BACKENDS})"
         )
+
+    async def watch_definitions(self, changed: Callable[[], None]) -> None:
+        """Call ``changed()`` soon after any definition changes, until cancelled.
+
+        A hint, not the change: the caller reads :meth:`definitions_since` its version.
+        Notifications get lost (a reconnect, a pooler that drops ``LISTEN``), so callers
+        poll :meth:`definitions_version` too; this shortens the wait. Called again after
+        it raised (an outage), it also calls ``changed()`` once it listens again.
+
+        :raises CapabilityError: the store has no notifications (callers poll only).
+        """
+        raise CapabilityError(f"{self.describe()} sends no notifications of definition changes")
 
     async def definitions_version(self) -> int:
         """The newest version the store has issued (0: none yet): what replicas poll."""

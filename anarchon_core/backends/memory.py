@@ -9,6 +9,7 @@ check, the backup sweep and the one-pending-request rule do not scan every store
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -80,6 +81,7 @@ class MemoryBackend(Backend):
         # job -> its stored definition (a removed one: body None); the newest version
         self._definitions: dict[str, StoredDefinition] = {}
         self._definitions_version = 0
+        self._watchers: list[Callable[[], None]] = []
 
     @classmethod
     def from_url(cls, url: str) -> MemoryBackend:
@@ -182,7 +184,16 @@ class MemoryBackend(Backend):
             return 0
         self._definitions_version += 1
         self._definitions[job] = StoredDefinition(job, self._definitions_version, body)
+        for changed in self._watchers:
+            asyncio.get_running_loop().call_soon(changed)
         return self._definitions_version
+
+    async def watch_definitions(self, changed: Callable[[], None]) -> None:
+        self._watchers.append(changed)
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            self._watchers.remove(changed)
 
     async def definitions_since(self, version: int) -> list[StoredDefinition]:
         changed = [d for d in self._definitions.values() if d.version > version]

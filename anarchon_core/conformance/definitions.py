@@ -26,6 +26,7 @@ __all__ = [
     "test_a_claim_without_a_version_is_not_checked",
     "test_a_removal_leaves_a_tombstone_and_the_name_can_be_created_again",
     "test_a_stale_edit_is_refused_and_writes_nothing",
+    "test_a_watcher_hears_of_every_change",
     "test_batched_claims_check_each_version",
     "test_concurrent_edits_of_one_version_let_exactly_one_through",
     "test_concurrent_writers_get_distinct_versions_in_commit_order",
@@ -198,3 +199,25 @@ async def test_batched_claims_check_each_version(backend: Backend) -> None:
         Outcome.WON,
         Outcome.STALE,
     ]
+
+
+async def test_a_watcher_hears_of_every_change(backend: Backend) -> None:
+    """Where the store notifies changes, a watcher hears of each write soon after it
+    (it reads the changes itself: a notification is a hint)."""
+    await _keeps_definitions(backend)
+    heard = asyncio.Event()
+    watcher = asyncio.ensure_future(backend.watch_definitions(heard.set))
+    try:
+        await asyncio.sleep(0.2)  # subscribed (a store may say so with a first call)
+        if watcher.done() and isinstance(watcher.exception(), CapabilityError):
+            pytest.skip(f"{backend.name} sends no notifications: replicas poll")
+        for n in range(3):
+            heard.clear()
+            await backend.write_definition(f"job-{n}", _body(n + 1), expected=0)
+            await asyncio.wait_for(heard.wait(), timeout=5)
+        heard.clear()
+        await backend.write_definition("job-0", None, expected=None)
+        await asyncio.wait_for(heard.wait(), timeout=5)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)

@@ -197,6 +197,7 @@ class Engine:
         self._spawn(self._prune_loop())
         if self.follower is not None and self.follower.kept:
             self._spawn(self.follower.loop())
+            self._spawn(self.follower.listen())
         self._looping = True
 
     def _stored_job_changed(self, name: str, job: Job | None) -> None:

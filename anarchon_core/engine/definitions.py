@@ -3,8 +3,9 @@
 The engine reads every definition of its namespace once at start, then the changes
 only: each poll reads the store's version counter (one small read) and, when it moved,
 the definitions changed since the version already seen. A change reloads that one
-definition, never the whole table. A claim answered ``STALE`` (this instance planned
-with a version the store no longer holds) wakes the poll at once.
+definition, never the whole table. A poll runs every heartbeat, and at once when the
+store notifies a change (where it can: Redis pub/sub, the memory store) or a claim is
+answered ``STALE`` (this instance planned with a version the store no longer holds).
 
 Polling bounds how late a replica follows a change (one heartbeat); it does not bound
 correctness: the store refuses the claims of a superseded version the moment the
@@ -91,6 +92,18 @@ class Follower:
             self.config.telemetry.store_error("definitions")
             self.log.warn("could not read the stored job definitions (retrying): %s", exc)
 
+    async def listen(self) -> None:
+        """Wake the poll at each change the store notifies (where it can): a lost
+        notification is caught by the next poll, an outage retried after a heartbeat."""
+        while self.kept:
+            try:
+                await self.backend.watch_definitions(self.wake)
+            except CapabilityError:
+                return
+            except Exception as exc:
+                self.log.warn("lost the store's notifications of definition changes: %s", exc)
+            await asyncio.sleep(self.config.heartbeat_ms / 1000)
+
     async def loop(self) -> None:
         """Poll the store's version counter every heartbeat, or at once when woken."""
         while self.kept:
@@ -99,6 +112,8 @@ class Follower:
                     await self._wake.wait()
             except TimeoutError:
                 pass
+            if not self.kept:
+                return
             self._wake.clear()
             try:
                 if await self.backend.definitions_version() != self.seen:

@@ -577,7 +577,8 @@ return out
 # refused by Redis Cluster (CROSSSLOT), which the backend does not support yet;
 # definitions will need another layout there.
 # KEYS: definition, counter, log
-# ARGV: job, expected version ('' for whatever it is, 0 for none), has body ('1'/'0'), body
+# ARGV: job, expected version ('' for whatever it is, 0 for none), has body ('1'/'0'), body,
+# the channel that hears of every change (its message: the new version)
 # Returns {'conflict', the version held (0: none or removed)} or {'written', the new
 # version (0: a removal of nothing, nothing written)}.
 WRITE_DEFINITION = _script(
@@ -599,6 +600,7 @@ else
   redis.call('HDEL', def, 'body')
 end
 redis.call('ZADD', KEYS[3], v, ARGV[1])
+redis.call('PUBLISH', ARGV[5], v)
 return {'written', n}
 """,
 )

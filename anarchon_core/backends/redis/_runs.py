@@ -30,8 +30,9 @@ in-memory reference backend; this module only names keys and parses replies.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar, Literal
 
 from ...backend import (
@@ -365,7 +366,13 @@ class RedisLeaseBackend(_RunsBackend):
                 self._definitions_version_key,
                 self._definitions_log_key,
             ],
-            [job, "" if expected is None else expected, "0" if body is None else "1", body or ""],
+            [
+                job,
+                "" if expected is None else expected,
+                "0" if body is None else "1",
+                body or "",
+                self._definitions_channel,
+            ],
         )
         if verdict == "conflict":
             current = int(version)
@@ -384,6 +391,26 @@ class RedisLeaseBackend(_RunsBackend):
             StoredDefinition(reply[i], int(reply[i + 1]), reply[i + 2])
             for i in range(0, len(reply), 3)
         ]
+
+    @property
+    def _definitions_channel(self) -> str:
+        return f"{self._definitions_log_key}:changed"
+
+    async def watch_definitions(self, changed: Callable[[], None]) -> None:
+        """Pub/sub on the channel every definition write publishes to, on a connection
+        of its own; ``changed()`` once subscribed (changes made while not listening)."""
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        try:
+            with self._errors():
+                await pubsub.subscribe(self._definitions_channel)
+                changed()
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is not None:
+                        changed()
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
 
     async def definitions_version(self) -> int:
         with self._errors():
