@@ -4,7 +4,10 @@ Two registries: :data:`BACKENDS` (the conformance suite: async context managers 
 yield an open, empty backend) and :data:`LEASE_URLS` (the multi-process suites:
 context managers that yield a URL of an isolated, empty store that worker processes
 can open). Server stores register both in ``tests/backends/stores_<name>.py``;
-:func:`load_store_modules` imports those once.
+:func:`load_store_modules` imports those once. Claim-only stores register their URLs
+in :data:`CLAIM_ONLY_URLS`, and may register an open backend in
+:data:`CLAIM_ONLY_BACKENDS` for the suites of the parts of the contract they keep (a
+test module joins them by setting ``CLAIM_ONLY_STORES = True``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ BACKENDS: dict[str, BackendFactory] = {}
 LEASE_URLS: dict[str, UrlFactory] = {}
 #: Claim-only stores (one winner per run, no leases), by test id.
 CLAIM_ONLY_URLS: dict[str, UrlFactory] = {}
+#: Claim-only stores as open backends, for the suites they keep (not the lease contract).
+CLAIM_ONLY_BACKENDS: dict[str, BackendFactory] = {}
 
 
 def backend_factory(name: str) -> Callable[[BackendFactory], BackendFactory]:
@@ -40,6 +45,16 @@ def backend_factory(name: str) -> Callable[[BackendFactory], BackendFactory]:
 
     def register(factory: BackendFactory) -> BackendFactory:
         BACKENDS[name] = factory
+        return factory
+
+    return register
+
+
+def claim_only_backend_factory(name: str) -> Callable[[BackendFactory], BackendFactory]:
+    """Register a claim-only store's open backend under ``name`` (see the module doc)."""
+
+    def register(factory: BackendFactory) -> BackendFactory:
+        CLAIM_ONLY_BACKENDS[name] = factory
         return factory
 
     return register

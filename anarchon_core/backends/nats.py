@@ -26,6 +26,31 @@ see :class:`_Pipeline`), then decides each
 claim from its own answer exactly as :meth:`NatsBackend.claim` does. When one claim of
 a batch fails, the batch fails and every claim in it counts as unanswered: the retry
 with the same tokens reads back (or knows locally) which of them it won.
+
+**Job definitions** live in a second bucket, ``{bucket}_definitions`` (created
+idempotently at open beside the claim bucket, so a store of the previous release gains
+it with no manual step; its description records ``anarchon job definitions, layout
+1``). It has no max age (a definition and the tombstone of a removed one stay until
+overwritten), one entry per key, and no direct gets (reads go to the stream's leader,
+not to a follower that may lag). One key per job, ``d.{encoded job}``. A definition's
+version is its entry's revision: the bucket stream's sequence, one counter for the
+whole bucket, issued by the stream's leader in the order it stores the writes, so
+every change gets a higher version than every change stored before it. A create is an
+update expecting revision 0 (or, over a tombstone, the tombstone's revision), an edit
+an update expecting the version read, and the server checks that in the same step as
+the write; a removal is a delete marker (the tombstone, with a revision of its own)
+guarded the same way. :meth:`NatsBackend.definitions_since` reads the bucket with an
+ordered consumer from ``version + 1``, counting what is left itself;
+:meth:`NatsBackend.definitions_version` is the stream's last sequence.
+
+**A claim's version is not checked atomically with its create.** The definition and the
+run are two keys, and JetStream checks an expected sequence only on the subject written.
+A claim with a ``version`` therefore reads the definition's revision first (one more
+round trip; a claim without a version reads nothing) and is answered ``STALE`` without
+being sent when it differs. A change committed between that read and the create is not
+seen: a replica that has not yet seen the change can win one slot of the old schedule,
+within a window of one round trip. The lease stores check the version in the same
+transaction or script as the claim and have no such window.
 """
 
 from __future__ import annotations
@@ -58,11 +83,18 @@ from ..backend import (
     Claim,
     ClaimRequest,
     Lease,
+    StoredDefinition,
     bound_error,
     wall_clock_ms,
 )
 from ..durations import format_duration_ms
-from ..errors import BackendError, BackendUnavailable, ConfigurationError, SchemaVersionError
+from ..errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    ConflictError,
+    SchemaVersionError,
+)
 from ..names import validate_job_name
 from ..records import HistoryQuery, Origin, Outcome, RunRecord, Status, select_records
 from ..redact import brief, brief_url, redact_text, userinfo_problem
@@ -79,6 +111,10 @@ DEFAULT_MARGIN_MS = 60_000
 DEFAULT_TIMEOUT_MS = 5_000
 DESCRIPTION = "anarchon claim records, layout {version}"
 _LAYOUT = re.compile(r"anarchon claim records, layout (\d+)")
+DEFINITIONS_DESCRIPTION = "anarchon job definitions, layout {version}"
+_DEFINITIONS_LAYOUT = re.compile(r"anarchon job definitions, layout (\d+)")
+#: The definitions bucket is the claim bucket's name plus this.
+DEFINITIONS_SUFFIX = "_definitions"
 _BUCKET = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _OPTIONS = ("bucket", "ttl", "margin", "timeout", "replicas", "name")
 #: The lowest and highest ``ttl``, ``margin`` and ``timeout`` (ms); the longest ``name``.
@@ -97,6 +133,8 @@ _MAX_REMEMBERED = 10_000
 MAX_IN_FLIGHT = 256
 #: JetStream's "wrong last sequence" error codes (the key already has an entry).
 _WRONG_SEQUENCE = (10071, 10164)
+#: The header of a key-value delete (or purge) marker: a removed definition's tombstone.
+_KV_OPERATION = "KV-Operation"
 _STREAM_IN_USE = 10058
 #: Reconnect back-off: from this delay (seconds), doubling per failed attempt, capped.
 _TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
@@ -173,7 +211,9 @@ class NatsBackend(Backend):
         self._url = url
         self._clock = clock
         self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
+        self._definitions: KeyValue | None = None
         self._max_age_ms: int | None = None  # of the bucket as found: None = unlimited
         self._won: OrderedDict[tuple[str, int], _Won] = OrderedDict()
         self._ambiguous: OrderedDict[str, None] = OrderedDict()
@@ -208,6 +248,20 @@ class NatsBackend(Backend):
     def run_key(self, job: str, slot: int) -> str:
         """The key of a run: ``c.{encoded job}.{slot}``."""
         return f"c.{encode_job(job)}.{slot}"
+
+    @property
+    def definitions_bucket(self) -> str:
+        """The key-value bucket of the job definitions: ``{bucket}_definitions``."""
+        return f"{self.bucket}{DEFINITIONS_SUFFIX}"
+
+    @property
+    def definitions_stream(self) -> str:
+        """The JetStream stream behind the definitions bucket."""
+        return f"KV_{self.definitions_bucket}"
+
+    def definition_key(self, job: str) -> str:
+        """The key of a job's definition: ``d.{encoded job}``."""
+        return f"d.{encode_job(job)}"
 
     def horizon_ms(self, requested_ms: int) -> int:
         """The horizon a claim gets: never so long that its entry could expire first."""
@@ -254,20 +308,24 @@ class NatsBackend(Backend):
         nc.options["reconnect_time_wait"] = options["reconnect_time_wait"] or RECONNECT_MIN_S
         try:
             js = nc.jetstream(timeout=self.timeout_ms / 1000)
-            self._kv = await self._bucket(js)
+            kv = await self._bucket(js)
+            self._definitions = await self._definitions_bucket(js)
         except BaseException:
             await _close_quietly(nc)
             raise
-        self._nc = nc
+        self._nc, self._js, self._kv = nc, js, kv
 
-    async def _bucket(self, js: JetStreamContext) -> KeyValue:
+    async def _open_bucket(
+        self, js: JetStreamContext, bucket: str, config: api.KeyValueConfig
+    ) -> tuple[api.StreamInfo, KeyValue]:
+        """A bucket's stream as found, created first (race-safe) if missing, and its handle."""
         where = f"NATS at {self.describe()}"
         try:
             try:
-                info = await js.stream_info(self.stream)
+                info = await js.stream_info(f"KV_{bucket}")
             except nats.js.errors.NotFoundError:
-                info = await self._create_bucket(js)
-            kv = await js.key_value(self.bucket)
+                info = await self._create_bucket(js, config)
+            return info, await js.key_value(bucket)
         except nats.js.errors.ServiceUnavailableError as exc:
             raise BackendError(
                 f"{where}: JetStream is not enabled on the server (start nats-server with -js) "
@@ -276,9 +334,24 @@ class NatsBackend(Backend):
         except nats.js.errors.NoStreamResponseError as exc:
             raise BackendError(f"{where}: JetStream is not enabled on the server ({exc})") from exc
         except nats.js.errors.APIError as exc:
-            raise BackendError(f"{where}: JetStream refused the bucket: {exc}") from exc
+            raise BackendError(f"{where}: JetStream refused the bucket {bucket!r}: {exc}") from exc
         except _TRANSIENT as exc:
-            raise BackendUnavailable(f"{where}: opening the bucket failed: {_text(exc)}") from exc
+            raise BackendUnavailable(
+                f"{where}: opening the bucket {bucket!r} failed: {_text(exc)}"
+            ) from exc
+
+    async def _bucket(self, js: JetStreamContext) -> KeyValue:
+        where = f"NATS at {self.describe()}"
+        config = api.KeyValueConfig(
+            bucket=self.bucket,
+            description=DESCRIPTION.format(version=SCHEMA_VERSION),
+            history=1,
+            ttl=self.ttl_ms / 1000,
+            storage=api.StorageType.FILE,
+            replicas=self.replicas,
+            direct=True,
+        )
+        info, kv = await self._open_bucket(js, self.bucket, config)
         layout = _LAYOUT.fullmatch(info.config.description or "")
         if layout is not None and int(layout.group(1)) > SCHEMA_VERSION:
             raise SchemaVersionError(
@@ -301,27 +374,53 @@ class NatsBackend(Backend):
             )
         return kv
 
-    async def _create_bucket(self, js: JetStreamContext) -> api.StreamInfo:
+    async def _definitions_bucket(self, js: JetStreamContext) -> KeyValue:
+        """The definitions bucket: no max age (a definition and its tombstone stay until
+        overwritten), one entry per key, and reads served by the stream's leader
+        (``direct`` off: a follower's copy may lag behind a write already acknowledged).
+
+        Created on the first open by a version that keeps definitions, so a store of the
+        previous release gains it with no manual step.
+        """
+        where = f"NATS at {self.describe()}"
+        bucket = self.definitions_bucket
         config = api.KeyValueConfig(
-            bucket=self.bucket,
-            description=DESCRIPTION.format(version=SCHEMA_VERSION),
+            bucket=bucket,
+            description=DEFINITIONS_DESCRIPTION.format(version=SCHEMA_VERSION),
             history=1,
-            ttl=self.ttl_ms / 1000,
             storage=api.StorageType.FILE,
             replicas=self.replicas,
-            direct=True,
+            direct=False,
         )
+        info, kv = await self._open_bucket(js, bucket, config)
+        layout = _DEFINITIONS_LAYOUT.fullmatch(info.config.description or "")
+        if layout is None or info.config.max_age or info.config.sealed:
+            raise BackendError(
+                f"{where}: bucket {bucket!r} is not an anarchon definitions bucket "
+                f"(description {info.config.description!r}, max age {info.config.max_age}, "
+                f"sealed {info.config.sealed}): choose another ?bucket="
+            )
+        if int(layout.group(1)) > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{where}: bucket {bucket!r} holds layout {layout.group(1)}, written by a "
+                f"newer anarchon; this version knows layout {SCHEMA_VERSION}: upgrade it"
+            )
+        return kv
+
+    async def _create_bucket(
+        self, js: JetStreamContext, config: api.KeyValueConfig
+    ) -> api.StreamInfo:
         try:
             await js.create_key_value(config)
-            logger.info("created NATS bucket %r (max age %s)", self.bucket, config.ttl)
+            logger.info("created NATS bucket %r (max age %s)", config.bucket, config.ttl)
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != _STREAM_IN_USE:
                 raise
             # Another instance created it first, with other settings: use it as it is.
-        return await js.stream_info(self.stream)
+        return await js.stream_info(f"KV_{config.bucket}")
 
     async def close(self) -> None:
-        nc, self._nc, self._kv = self._nc, None, None
+        nc, self._nc, self._js, self._kv, self._definitions = self._nc, None, None, None, None
         if nc is not None:
             await _close_quietly(nc)
 
@@ -336,6 +435,10 @@ class NatsBackend(Backend):
         if judged is not None:
             return judged
         key = self.run_key(request.job, request.slot)
+        if request.version is not None:
+            held = await self._held_versions([request.job])
+            if held[request.job] != request.version:
+                return await self._resolve(kv, key, request, now, missing=Outcome.STALE)
         record = _claim_record(request, now)
         try:
             revision = await kv.update(key, _dump(record), last=0)
@@ -362,6 +465,10 @@ class NatsBackend(Backend):
         Each claim is decided from its own answer as :meth:`claim` decides it, in order
         (one connection keeps the publishes in order, so of two claims of one run the
         first wins). Past its horizon or early, a claim is answered without being sent.
+        The definitions the claims with a ``version`` name are read first, together (one
+        read per job, all in flight at once). A claim naming another version is not
+        sent: its run is read before the creates are sent (``TAKEN`` if it exists, else
+        ``STALE``), or it is ``TAKEN`` when an earlier claim of the batch created it.
         At most :data:`MAX_IN_FLIGHT` creates are unacknowledged at a time, each given
         ``timeout`` from its send. If any claim fails, the batch raises once every
         create has ended, and each claim sent counts as unanswered: a retry with the
@@ -371,14 +478,35 @@ class NatsBackend(Backend):
         kv = self._open_kv()
         now = self._clock()
         answers = [self._judge_locally(request, now) for request in requests]
+        stale: list[tuple[int, str]] = []
+        versioned = [
+            request.job
+            for i, request in enumerate(requests)
+            if answers[i] is None and request.version is not None
+        ]
+        if versioned:
+            held = await self._held_versions(versioned)
+            stale = [
+                (i, self.run_key(request.job, request.slot))
+                for i, request in enumerate(requests)
+                if answers[i] is None
+                and request.version is not None
+                and held[request.job] != request.version
+            ]
+        not_sent = {i for i, _ in stale}
         sends = [
             (i, self.run_key(request.job, request.slot), _claim_record(request, now))
             for i, request in enumerate(requests)
-            if answers[i] is None
+            if answers[i] is None and i not in not_sent
         ]
-        if not sends:
-            return [answer for answer in answers if answer is not None]
-        results = await self._create_many([(key, record) for _, key, record in sends])
+        if stale:
+            sent = {i for i, _, _ in sends}
+            stale_answers = await self._stale_answers(kv, requests, stale, sent, now)
+            for (i, _), stale_answer in zip(stale, stale_answers, strict=True):
+                answers[i] = stale_answer
+        results = (
+            await self._create_many([(key, record) for _, key, record in sends]) if sends else []
+        )
         unresolved: list[tuple[int, str]] = []
         failed: BaseException | None = None
         for (i, key, record), result in zip(sends, results, strict=True):
@@ -421,6 +549,39 @@ class NatsBackend(Backend):
             ) from failed
         return [answer for answer in answers if answer is not None]
 
+    async def _stale_answers(
+        self,
+        kv: KeyValue,
+        requests: Sequence[ClaimRequest],
+        stale: list[tuple[int, str]],
+        sent: set[int],
+        now: int,
+    ) -> list[Claim]:
+        """The answers of a batch's claims of a stale version (``stale``: index and run
+        key, in batch order), decided at their place in the batch: ``TAKEN`` after an
+        earlier claim of the same run that is ``sent`` (that run will exist), else read
+        now, before any create of the batch is sent (``TAKEN``, or ``WON`` by this
+        token, if the run exists; else ``STALE``).
+        """
+        earlier: set[tuple[str, int]] = set()
+        after_a_send: set[int] = set()
+        stale_at = {i for i, _ in stale}
+        for i, request in enumerate(requests):
+            run = (request.job, request.slot)
+            if i in stale_at and run in earlier:
+                after_a_send.add(i)
+            elif i in sent:
+                earlier.add(run)
+        gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+        async def answer(i: int, key: str) -> Claim:
+            if i in after_a_send:
+                return Claim(Outcome.TAKEN, store_now=now)
+            async with gate:
+                return await self._resolve(kv, key, requests[i], now, missing=Outcome.STALE)
+
+        return list(await asyncio.gather(*(answer(i, key) for i, key in stale)))
+
     async def _create_many(self, creates: list[tuple[str, dict[str, Any]]]) -> list[_Created]:
         """Create each key (expected last subject sequence 0), pipelined; one answer each.
 
@@ -457,11 +618,21 @@ class NatsBackend(Backend):
         results += [unsent or BackendUnavailable("not sent")] * (len(creates) - len(futures))
         return results
 
-    async def _resolve(self, kv: KeyValue, key: str, request: ClaimRequest, now: int) -> Claim:
+    async def _resolve(
+        self,
+        kv: KeyValue,
+        key: str,
+        request: ClaimRequest,
+        now: int,
+        *,
+        missing: Outcome = Outcome.TAKEN,
+    ) -> Claim:
         """A claim sent before without an answer: the entry tells whether it was ours.
 
         Known without a read when this backend won it with this token (a batch that
-        failed after this claim was acknowledged).
+        failed after this claim was acknowledged). Also how a claim of a stale version
+        is answered (``missing`` ``STALE``): a run that exists is ``TAKEN`` (or ``WON``
+        by this very token, an ambiguous claim retried after the definition changed).
         """
         held = self._won.get((request.job, request.slot))
         if held is not None and held.token == request.token:
@@ -469,7 +640,7 @@ class NatsBackend(Backend):
         try:
             entry = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
-            return Claim(Outcome.TAKEN, store_now=now)
+            return Claim(missing, store_now=now)
         except _TRANSIENT as exc:
             _remember(self._ambiguous, request.token, None)
             raise BackendUnavailable(f"NATS: reading back {key!r} failed: {_text(exc)}") from exc
@@ -540,6 +711,157 @@ class NatsBackend(Backend):
             return None
         return entry.revision, _load(entry.value)
 
+    # -- job definitions -------------------------------------------------------------
+    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
+        """Store or remove ``job``'s definition; its new version is the entry's revision.
+
+        ``expected=None`` is a KV ``put``; ``0`` a ``create`` (a key holding only a
+        tombstone is created again over it); ``v`` an ``update(last=v)``. A removal
+        publishes a delete marker (the tombstone, with a revision of its own) guarded by
+        the revision it removes. The server checks each guard in the same step as the
+        write. A guarded edit (``expected`` not ``None`` or ``0``) and a removal read
+        the key first, one more round trip: a tombstone's revision must not pass as the
+        version of a definition, and a removal of nothing writes nothing.
+        """
+        self._open_kv()
+        defs = self._definitions
+        assert defs is not None  # _open_kv checked the connection; open() set both
+        key = self.definition_key(job)
+        try:
+            if body is None:
+                return await self._remove_definition(defs, job, key, expected)
+            value = body.encode()
+            if expected is None:
+                return await defs.put(key, value)
+            if expected == 0:
+                return await self._create_definition(defs, job, key, value)
+            current, _ = await self._definition_head(defs, key)
+            if current != expected:
+                raise _conflict(job, current, expected)
+            try:
+                return await defs.update(key, value, last=expected)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                current, _ = await self._definition_head(defs, key)
+                raise _conflict(job, current, expected) from None
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: writing the definition of {job!r} failed: {_text(exc)}"
+            ) from exc
+
+    async def _create_definition(self, defs: KeyValue, job: str, key: str, value: bytes) -> int:
+        """Create the key (last revision 0), or over its tombstone (last = its revision)."""
+        last = 0
+        while True:
+            try:
+                return await defs.update(key, value, last=last)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                current, last = await self._definition_head(defs, key)
+                if current:
+                    raise _conflict(job, current, 0) from None
+                # only a tombstone (perhaps a newer one): create over that revision
+
+    async def _remove_definition(
+        self, defs: KeyValue, job: str, key: str, expected: int | None
+    ) -> int:
+        """Publish a delete marker guarded by the live revision it removes; 0 if none."""
+        assert self._js is not None  # set with the bucket
+        while True:
+            current, _ = await self._definition_head(defs, key)
+            if expected is not None and current != expected:
+                raise _conflict(job, current, expected)
+            if current == 0:
+                return 0  # nothing to remove: no second tombstone
+            headers = {
+                _KV_OPERATION: "DEL",
+                api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(current),
+            }
+            try:
+                ack = await self._js.publish(
+                    f"$KV.{self.definitions_bucket}.{key}", headers=headers
+                )
+            except nats.js.errors.APIError as exc:
+                if exc.err_code not in _WRONG_SEQUENCE:
+                    raise
+                if expected is not None:
+                    current, _ = await self._definition_head(defs, key)
+                    raise _conflict(job, current, expected) from None
+                continue  # changed meanwhile; "whatever it is": read it again
+            return ack.seq
+
+    @staticmethod
+    async def _definition_head(defs: KeyValue, key: str) -> tuple[int, int]:
+        """``(live version or 0, last revision or 0)``: a tombstone is version 0 but keeps
+        its revision (a create over it must name it)."""
+        try:
+            entry = await defs.get(key)
+        except nats.js.errors.KeyNotFoundError as exc:
+            tombstone = exc.entry
+            return 0, (tombstone.revision or 0) if tombstone is not None else 0
+        return entry.revision or 0, entry.revision or 0
+
+    async def _held_versions(self, jobs: Sequence[str]) -> dict[str, int]:
+        """The live version of each job's definition (0: none), read together.
+
+        What a claim with a ``version`` is checked against before its create is sent:
+        not in the same atomic step (see the module docstring).
+        """
+        defs = self._definitions
+        assert defs is not None  # _open_kv checked it
+        names = list(dict.fromkeys(jobs))
+        gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+        async def read(job: str) -> int:
+            async with gate:
+                current, _ = await self._definition_head(defs, self.definition_key(job))
+                return current
+
+        try:
+            versions = await asyncio.gather(*(read(job) for job in names))
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: reading the definitions a claim names failed: "
+                f"{_text(exc)}"
+            ) from exc
+        return dict(zip(names, versions, strict=True))
+
+    async def definitions_since(self, version: int) -> list[StoredDefinition]:
+        """Every definition whose entry's revision is above ``version``, by revision.
+
+        One ordered consumer from revision ``version + 1`` reads the definitions
+        bucket; the bucket keeps one entry per key, and of a key rewritten while it is
+        read the last entry is kept. A delete or purge marker is a tombstone (body
+        ``None``).
+        """
+        self._open_kv()
+        prefix = f"$KV.{self.definitions_bucket}.d."
+        latest: dict[str, StoredDefinition] = {}
+        try:
+            for msg in await self._read_stream(
+                f"{prefix}>", self.definitions_stream, start=version + 1
+            ):
+                headers = msg.headers or {}
+                removed = headers.get(_KV_OPERATION) or headers.get("Nats-Marker-Reason")
+                job = decode_job(msg.subject[len(prefix) :])
+                body = None if removed else msg.data.decode()
+                latest[job] = StoredDefinition(job, msg.metadata.sequence.stream, body)
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: reading the definitions failed: {_text(exc)}"
+            ) from exc
+        return sorted(latest.values(), key=lambda d: d.version)
+
+    async def definitions_version(self) -> int:
+        """The definitions stream's last sequence: the newest revision issued (0: none)."""
+        self._open_kv()
+        assert self._js is not None  # set with the bucket
+        try:
+            info = await self._js.stream_info(self.definitions_stream)
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: reading the definitions version failed: {_text(exc)}"
+            ) from exc
+        return info.state.last_seq or 0
+
     # -- history -----------------------------------------------------------------
     async def history(self, query: HistoryQuery) -> list[RunRecord]:
         """Every entry still in the bucket (younger than its max age) that matches."""
@@ -547,8 +869,11 @@ class NatsBackend(Backend):
         keys = "c.>" if query.job is None else f"c.{encode_job(query.job)}.>"
         records: list[RunRecord] = []
         try:
-            for value in await self._latest_values(f"$KV.{self.bucket}.{keys}"):
-                record = _run_record(_load(value))
+            for msg in await self._read_stream(f"$KV.{self.bucket}.{keys}", self.stream):
+                headers = msg.headers or {}
+                if headers.get(_KV_OPERATION) or headers.get("Nats-Marker-Reason"):
+                    continue  # a deleted or purged key
+                record = _run_record(_load(msg.data))
                 if record is not None and query.matches(record):
                     records.append(record)
         except _TRANSIENT as exc:
@@ -557,25 +882,33 @@ class NatsBackend(Backend):
             ) from exc
         return select_records(records, query)
 
-    async def _latest_values(self, subject: str) -> list[bytes]:
-        """The value of every key under ``subject``, each key's latest entry once.
+    async def _read_stream(self, subject: str, stream: str, *, start: int = 0) -> list[Msg]:
+        """The entries under ``subject`` in ``stream``, in order: each key's latest once
+        (``start`` 0), or every entry from stream sequence ``start`` on.
 
         An ordered consumer delivers them; the server's own count (delivered plus
-        pending, read once) says how many there are. nats-py's key watcher instead
-        compares the server's pending count with what its callback has processed so
-        far, and ends early, with nothing, when the entries arrived in between.
+        pending, read once, then lowered by each entry's own pending count) says how
+        many there are. nats-py's key watcher instead compares the server's pending
+        count with what its callback has processed so far, and ends early, with
+        nothing, when the entries arrived in between.
         """
         assert self._nc is not None  # _open_kv checked it
         js = self._nc.jetstream(timeout=self.timeout_ms / 1000)
         timeout = self.timeout_ms / 1000
+        config = None
+        policy = api.DeliverPolicy.LAST_PER_SUBJECT
+        if start > 0:
+            policy = api.DeliverPolicy.BY_START_SEQUENCE
+            config = api.ConsumerConfig(opt_start_seq=start)
         sub = await js.subscribe(
             subject,
-            stream=self.stream,
+            stream=stream,
+            config=config,
             ordered_consumer=True,
-            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+            deliver_policy=policy,
             inactive_threshold=60,
         )
-        values: list[bytes] = []
+        entries: list[Msg] = []
         try:
             info = await sub.consumer_info()
             delivered = info.delivered.consumer_seq if info.delivered else 0
@@ -583,13 +916,10 @@ class NatsBackend(Backend):
             while left > 0:
                 msg = await sub.next_msg(timeout=timeout)
                 left = min(left - 1, msg.metadata.num_pending)
-                headers = msg.headers or {}
-                if headers.get("KV-Operation") or headers.get("Nats-Marker-Reason"):
-                    continue  # a deleted or purged key
-                values.append(msg.data)
+                entries.append(msg)
         finally:
             await sub.unsubscribe()
-        return values
+        return entries
 
     # -- connection ------------------------------------------------------------------
     def _open_kv(self) -> KeyValue:
@@ -760,6 +1090,12 @@ def _created(future: asyncio.Future[Msg], timeout: float) -> _Created:
         return None
     return nats.js.errors.APIError(
         code=error.get("code"), description=error.get("description"), err_code=error.get("err_code")
+    )
+
+
+def _conflict(job: str, current: int, expected: int) -> ConflictError:
+    return ConflictError(
+        f"definition {job!r} is at version {current}, not {expected}", current=current
     )
 
 

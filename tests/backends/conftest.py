@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from registry import BACKENDS, load_store_modules
+from registry import BACKENDS, CLAIM_ONLY_BACKENDS, load_store_modules
 
 from anarchon_core.backend import Backend
 from anarchon_core.conformance.plugin import *  # noqa: F403  (runner, pytest_pyfunc_call)
@@ -32,9 +32,16 @@ load_store_modules()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrise ``backend`` at collection, after every factory has registered."""
+    """Parametrise ``backend`` at collection, after every factory has registered.
+
+    A module that sets ``CLAIM_ONLY_STORES = True`` (a suite the claim-only stores keep
+    too) also gets those of ``registry.CLAIM_ONLY_BACKENDS``.
+    """
     if "backend" in metafunc.fixturenames:
-        metafunc.parametrize("backend", list(BACKENDS), indirect=True)
+        stores = list(BACKENDS)
+        if getattr(metafunc.module, "CLAIM_ONLY_STORES", False):
+            stores += list(CLAIM_ONLY_BACKENDS)
+        metafunc.parametrize("backend", stores, indirect=True)
 
 
 @pytest.fixture
@@ -42,7 +49,7 @@ def backend(
     request: pytest.FixtureRequest, runner: asyncio.Runner, tmp_path: Path
 ) -> Iterator[Backend]:
     """An open, empty store of each registered kind (the param is its id)."""
-    context = BACKENDS[request.param](tmp_path)
+    context = {**BACKENDS, **CLAIM_ONLY_BACKENDS}[request.param](tmp_path)
     store = runner.run(context.__aenter__())
     try:
         yield store

@@ -5,7 +5,8 @@ does not answer, the tests skip (or fail under ``ANARCHON_REQUIRE_SERVICES=1``).
 store gets its own random bucket, deleted when the test ends. Tests that restart a
 server or need authentication start their own :class:`NatsServer` (own port, own data
 directory, JetStream on) and never touch the shared one. The NATS backend is
-claim-only, so it does not join the conformance suite (written for lease stores).
+claim-only, so it does not join the conformance suite (written for lease stores); it
+joins the claim suite and the definitions suite.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 
 import nats
@@ -25,6 +26,9 @@ import nats.js.errors
 import registry
 from nats.aio.client import Client
 from services import free_port, require_answer, run_sync, service_unreachable
+
+from anarchon_core.backend import Backend
+from anarchon_core.backends.nats import DEFINITIONS_SUFFIX, NatsBackend
 
 NATS_URL = os.environ.get("ANARCHON_TEST_NATS", "nats://127.0.0.1:4222")
 
@@ -56,14 +60,15 @@ def fresh_bucket() -> str:
 
 
 def delete_bucket(bucket: str, url: str = NATS_URL) -> None:
-    """Delete a test's bucket (and its stream); a missing one is fine."""
+    """Delete a test's bucket and its definitions bucket (and their streams); a missing
+    one is fine."""
 
     async def delete() -> None:
         nc = await _connect(url)
         try:
-            await nc.jetstream().delete_key_value(bucket)
-        except nats.js.errors.NotFoundError:
-            pass
+            for name in (bucket, f"{bucket}{DEFINITIONS_SUFFIX}"):
+                with suppress(nats.js.errors.NotFoundError):
+                    await nc.jetstream().delete_key_value(name)
         finally:
             await nc.close()
 
@@ -172,4 +177,18 @@ def _nats_url(tmp_path: Path) -> Iterator[str]:
     try:
         yield f"{url}/?bucket={bucket}"
     finally:
+        delete_bucket(bucket, url)
+
+
+@registry.claim_only_backend_factory("nats")
+@asynccontextmanager
+async def _nats(tmp_path: Path) -> AsyncIterator[Backend]:
+    url = require_nats()
+    bucket = fresh_bucket()
+    backend = NatsBackend(f"{url}/?bucket={bucket}")
+    try:
+        await backend.open()
+        yield backend
+    finally:
+        await backend.close()
         delete_bucket(bucket, url)

@@ -1,7 +1,8 @@
 """What the NATS JetStream backend promises: URLs, key encoding, one winner per run under
 contention, ambiguous claims read back, outcomes and history, the claim horizon, a bucket
 that expires its entries, race-free creation, the layout version, clear errors at start,
-claim-only refusals, and a scheduler that survives its server restarting.
+claim-only refusals, a scheduler that survives its server restarting, and the job
+definitions in a bucket of their own (the shared suite proves their contract).
 
 Tests on the shared server use their own random bucket (``stores_nats``), deleted after;
 tests that restart a server or need authentication start their own ``nats-server``.
@@ -41,6 +42,7 @@ from anarchon_core.errors import (
     BackendUnavailable,
     CapabilityError,
     ConfigurationError,
+    ConflictError,
     SchemaVersionError,
 )
 from anarchon_core.records import HistoryQuery, Outcome, Status
@@ -354,6 +356,193 @@ def test_exactly_one_winner_across_processes(bucket: str) -> None:
     url = f"{NATS_URL}/?bucket={bucket}"
     won = claim_from_processes(url, jobs, processes=4, horizon_ms=HOUR)
     assert won == Counter(jobs), "every run won exactly once"
+
+
+# -- job definitions --------------------------------------------------------------------
+def versioned(slot: int, job: str, version: int) -> ClaimRequest:
+    return replace(request(slot, job=job), version=version)
+
+
+async def test_definitions_live_in_a_bucket_of_their_own_that_never_expires(
+    open_store: Callable[..., Any], bucket: str
+) -> None:
+    async with open_store(ttl="10s", margin="2s") as store:
+        info = await stream_info(f"{bucket}_definitions")
+        assert info.config.description == f"anarchon job definitions, layout {SCHEMA_VERSION}"
+        assert not info.config.max_age, "the claim bucket's ttl must not drop definitions"
+        assert info.config.max_msgs_per_subject == 1
+        assert not info.config.allow_direct, "reads are served by the stream's leader"
+        version = await store.write_definition("billing:sync.daily", "{}", expected=0)
+        nc = await nats.connect(NATS_URL)
+        try:
+            kv = await nc.jetstream().key_value(f"{bucket}_definitions")
+            entry = await kv.get("d.billing=3Async=2Edaily")
+        finally:
+            await nc.close()
+        assert (entry.revision, entry.value) == (version, b"{}")
+        assert await store.definitions_version() == version
+
+
+async def test_a_store_of_the_previous_release_gains_the_definitions_bucket(bucket: str) -> None:
+    nc = await nats.connect(NATS_URL)
+    try:
+        await nc.jetstream().create_key_value(
+            api.KeyValueConfig(
+                bucket=bucket, description="anarchon claim records, layout 1", history=1, ttl=3600
+            )
+        )
+    finally:
+        await nc.close()
+    async with opened(NatsBackend(f"{NATS_URL}/?bucket={bucket}")) as store:
+        assert await store.definitions_version() == 0
+        assert await store.write_definition("job", "{}", expected=0) == 1
+
+
+async def test_a_foreign_or_newer_definitions_bucket_is_refused(bucket: str) -> None:
+    nc = await nats.connect(NATS_URL)
+    try:
+        js = nc.jetstream()
+        await js.create_key_value(api.KeyValueConfig(bucket=f"{bucket}_definitions", ttl=30))
+        with pytest.raises(BackendError, match="is not an anarchon definitions bucket"):
+            await NatsBackend(f"{NATS_URL}/?bucket={bucket}").open()
+        await js.delete_key_value(f"{bucket}_definitions")
+        await js.create_key_value(
+            api.KeyValueConfig(
+                bucket=f"{bucket}_definitions", description="anarchon job definitions, layout 99"
+            )
+        )
+        with pytest.raises(SchemaVersionError, match="layout 99, written by a newer anarchon"):
+            await NatsBackend(f"{NATS_URL}/?bucket={bucket}").open()
+    finally:
+        await nc.close()
+
+
+async def test_a_tombstone_is_no_version_and_a_purge_is_a_removal(
+    open_store: Callable[..., Any], bucket: str
+) -> None:
+    async with open_store() as store:
+        v1 = await store.write_definition("job", "{}", expected=0)
+        gone = await store.write_definition("job", None, expected=v1)
+        # The tombstone's revision names no definition: an edit or removal "at" it conflicts.
+        with pytest.raises(ConflictError) as edit:
+            await store.write_definition("job", "{}", expected=gone)
+        assert edit.value.current == 0
+        with pytest.raises(ConflictError):
+            await store.write_definition("job", None, expected=gone)
+        assert await store.definitions_version() == gone
+        # An operator's purge (nats kv purge) reads as a removal, and the name is free again.
+        again = await store.write_definition("job", "{}", expected=0)
+        nc = await nats.connect(NATS_URL)
+        try:
+            kv = await nc.jetstream().key_value(f"{bucket}_definitions")
+            await kv.purge("d.job")
+        finally:
+            await nc.close()
+        (purged,) = await store.definitions_since(again)
+        assert (purged.job, purged.body) == ("job", None) and purged.version > again
+        assert await store.write_definition("job", "{}", expected=0) > purged.version
+
+
+async def test_a_reader_polling_while_others_write_misses_no_change(
+    open_store: Callable[..., Any],
+) -> None:
+    """Read with ``definitions_since(seen)`` while 200 edits of 20 jobs land: the last
+    body read of every job is the one stored (no watcher "done" signal is trusted)."""
+    async with open_store() as writer, open_store() as other, open_store() as reader:
+        seen, view = 0, {}
+
+        async def write(n: int, store: NatsBackend) -> None:
+            for i in range(10):
+                await store.write_definition(f"job-{n}", json.dumps({"i": i}), expected=None)
+
+        async def poll() -> None:
+            nonlocal seen
+            for d in await reader.definitions_since(seen):
+                view[d.job] = d.body
+                seen = max(seen, d.version)
+
+        writes = asyncio.gather(*(write(n, (writer, other)[n % 2]) for n in range(20)))
+        while not writes.done():
+            await poll()
+            await asyncio.sleep(0)
+        await writes
+        await poll()
+        stored = {d.job: d.body for d in await writer.definitions_since(0)}
+        assert view == stored and len(stored) == 20
+        assert seen == await reader.definitions_version()
+
+
+async def test_only_a_claim_with_a_version_reads_the_definition(
+    open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slot = now_ms()
+    async with open_store() as store:
+        va = await store.write_definition("a", "{}", expected=0)
+        vb = await store.write_definition("b", "{}", expected=0)
+        assert store._definitions is not None
+        reads: list[str] = []
+        read = store._definitions.get
+
+        async def counted(key: str, *args: Any, **kwargs: Any) -> Any:
+            reads.append(key)
+            return await read(key, *args, **kwargs)
+
+        monkeypatch.setattr(store._definitions, "get", counted)
+        assert (await store.claim(request(slot, job="a"))).outcome == Outcome.WON
+        assert reads == []
+        assert (await store.claim(versioned(slot + 1, "a", va))).outcome == Outcome.WON
+        assert reads == ["d.a"]
+        reads.clear()
+        answers = await store.claim_many(
+            [versioned(slot + 2, "a", va), versioned(slot + 2, "b", vb), request(slot + 3, job="b")]
+        )
+        assert [a.outcome for a in answers] == [Outcome.WON] * 3
+        assert sorted(reads) == ["d.a", "d.b"]
+
+
+async def test_a_batched_stale_claim_is_decided_at_its_place_in_the_batch(
+    open_store: Callable[..., Any],
+) -> None:
+    slot = now_ms()
+    async with open_store() as store:
+        v1 = await store.write_definition("job", "{}", expected=0)
+        v2 = await store.write_definition("job", "{}", expected=v1)
+        answers = await store.claim_many(
+            [
+                versioned(slot, "job", v1),  # stale, and the run does not exist yet
+                versioned(slot, "job", v2),  # won
+                versioned(slot, "job", v1),  # stale, after a claim that created the run
+                versioned(slot + 1, "job", v1),
+            ]
+        )
+        assert [a.outcome for a in answers] == [
+            Outcome.STALE,
+            Outcome.WON,
+            Outcome.TAKEN,
+            Outcome.STALE,
+        ]
+        assert [r.slot for r in await store.history(HistoryQuery())] == [slot]
+
+
+async def test_the_version_check_is_a_read_before_the_create_not_one_step(
+    open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The documented gap: a change committed between the claim's read of the definition
+    and its create is not seen, and that one claim of the old version wins."""
+    slot = now_ms()
+    async with open_store() as store, open_store() as editor:
+        v1 = await store.write_definition("job", "{}", expected=0)
+        read = store._held_versions
+
+        async def read_then_edit(jobs: Any) -> dict[str, int]:
+            held = await read(jobs)
+            await editor.write_definition("job", '{"new": 1}', expected=v1)
+            return held
+
+        monkeypatch.setattr(store, "_held_versions", read_then_edit)
+        assert (await store.claim(versioned(slot, "job", v1))).outcome == Outcome.WON
+        monkeypatch.undo()
+        assert (await store.claim(versioned(slot + 1, "job", v1))).outcome == Outcome.STALE
 
 
 # -- start: bucket, layout, errors ------------------------------------------------------------
