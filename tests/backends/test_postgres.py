@@ -44,6 +44,7 @@ from anarchon_core.errors import (
     BackendError,
     BackendUnavailable,
     ConfigurationError,
+    ConflictError,
     SchemaVersionError,
 )
 from anarchon_core.records import HistoryQuery, Origin, Outcome, Status
@@ -54,7 +55,12 @@ DB_NOW = "SELECT (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
 
 
 def claim_request(
-    slot: int, token: str | None = None, job: str = "job", *, skip_overlap: bool = False
+    slot: int,
+    token: str | None = None,
+    job: str = "job",
+    *,
+    skip_overlap: bool = False,
+    version: int | None = None,
 ) -> ClaimRequest:
     token = token or secrets.token_hex(8)
     return ClaimRequest(
@@ -66,6 +72,7 @@ def claim_request(
         lease_ms=60_000,
         horizon_ms=HOUR,
         skip_overlap=skip_overlap,
+        version=version,
     )
 
 
@@ -381,6 +388,51 @@ async def test_a_store_made_before_the_operations_gets_their_layout_on_open() ->
         assert version == str(SCHEMA_VERSION)
 
 
+async def test_a_store_made_before_definitions_gets_their_columns_on_open() -> None:
+    """A store of the previous release (``jobs`` without ``version`` and ``definition``,
+    older functions) is completed at open, at the same schema version, keeping its data;
+    the columns alone are counted too (the functions need them)."""
+    async with store() as backend:
+        now = await backend.now_ms()
+        await backend.set_paused("job", True)
+        await backend.close()
+
+        async def drop_columns() -> None:
+            async with raw() as conn:
+                for column in ("version", "definition"):
+                    await conn.execute(
+                        sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(
+                            table(backend, "jobs"), sql.Identifier(column)
+                        )
+                    )
+
+        await drop_columns()
+        async with raw() as conn:
+            for name in backend.sql.function_names:
+                await conn.execute(
+                    sql.SQL("DROP FUNCTION {}").format(sql.Identifier(backend.schema, name))
+                )
+        await backend.open()
+        assert await backend.paused_jobs() == {"job"}
+        assert await backend.definitions_version() == 0
+        version = await backend.write_definition("job", '{"every": "10s"}', expected=0)
+        claim = await backend.claim(claim_request(now, version=version))
+        assert claim.outcome == Outcome.PAUSED
+        await backend.close()
+        await drop_columns()  # the functions are still there
+        await backend.open()
+        assert await backend.definitions_since(0) == []  # the columns' values went with them
+        assert await backend.write_definition("job", "{}", expected=0) == version + 1
+        async with raw() as conn:
+            stored = await scalar(
+                conn,
+                sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(
+                    table(backend, "meta")
+                ),
+            )
+        assert stored == str(SCHEMA_VERSION)
+
+
 async def test_a_store_with_the_former_history_index_gets_the_new_one_on_open() -> None:
     """History's order changed (job descending): its index is replaced at the same version."""
     async with store() as backend:
@@ -549,6 +601,7 @@ async def test_decisions_use_clock_timestamp_not_the_frozen_transaction_now() ->
             await conn.execute("SELECT pg_sleep(0.3)")
             request = claim_request(slot)
             params = (request.job, slot, "schedule", request.token, "x", 60_000, HOUR, True, "")
+            params += (None,)  # no definition version
             cur = await conn.execute(backend.sql.claim, params)
             outcome, _, store_now = await cur.fetchone()  # type: ignore[misc]
         assert outcome == "won"
@@ -699,6 +752,7 @@ async def test_a_batch_with_several_runs_of_one_job_takes_its_lock_before_any_ru
         await blocked(mine)
         single = claim_request(now - 1, "a", "job")
         params = (single.job, now - 1, "schedule", "a", "x", 60_000, HOUR, False, "")
+        params += (None,)  # no definition version
         row = await (await conn.execute(backend.sql.claim, params)).fetchone()
         assert row is not None and row[0] == "won"  # did not wait for the batch
         await conn.execute("COMMIT")
@@ -830,6 +884,60 @@ async def blocked(task: asyncio.Task[Any]) -> None:
     """Assert that ``task`` is waiting (for a lock another connection holds)."""
     await asyncio.sleep(0.3)
     assert not task.done()
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback"])
+async def test_definition_writes_queue_on_the_counter_and_claims_do_not(end: str) -> None:
+    """A write in flight on another connection holds the counter's row: a write of
+    another job waits for it and then gets the next version (the versions commit in
+    order), an edit of the same version waits and then conflicts (or, after a rollback,
+    goes through); readers and claims never wait, and see only what is committed."""
+    async with store(max_size=4) as backend, raw() as conn:
+        now = await backend.now_ms()
+        v1 = await backend.write_definition("job", '{"n": 1}', expected=0)
+        await conn.execute("BEGIN")
+        theirs = await scalar(conn, backend.sql.write_definition, "job", '{"n": 2}', v1)
+        assert theirs == v1 + 1
+        other = asyncio.create_task(backend.write_definition("other", "{}", expected=0))
+        edit = asyncio.create_task(backend.write_definition("job", '{"n": 3}', expected=v1))
+        await blocked(other)
+        await blocked(edit)
+        assert await backend.definitions_version() == v1
+        assert [d.version for d in await backend.definitions_since(0)] == [v1]
+        claim = await backend.claim(claim_request(now, job="job", version=v1))
+        assert claim.outcome == Outcome.WON  # decided on the committed version
+        await conn.execute(end.upper())
+        versions = {await asyncio.wait_for(other, timeout=5)}
+        if end == "commit":
+            with pytest.raises(ConflictError) as caught:
+                await asyncio.wait_for(edit, timeout=5)
+            assert caught.value.current == theirs
+            assert versions == {theirs + 1}
+        else:
+            versions.add(await asyncio.wait_for(edit, timeout=5))
+            assert versions == {v1 + 1, v1 + 2}  # the rolled-back number was never seen
+        stored = await backend.definitions_since(v1)
+        assert [d.version for d in stored] == sorted(d.version for d in stored)
+        assert await backend.definitions_version() == stored[-1].version
+
+
+@pytest.mark.parametrize("skip_overlap", [True, False])
+async def test_a_stale_claim_of_a_paused_job_is_stale_and_writes_nothing(
+    skip_overlap: bool,
+) -> None:
+    """The version is checked before pause, in the statement that reads the pause."""
+    async with store() as backend:
+        now = await backend.now_ms()
+        v1 = await backend.write_definition("job", "{}", expected=0)
+        await backend.set_paused("job", True)
+        stale = claim_request(now, job="job", version=v1 + 1, skip_overlap=skip_overlap)
+        assert (await backend.claim(stale)).outcome == Outcome.STALE
+        (batched,) = await backend.claim_many([stale])
+        assert batched.outcome == Outcome.STALE
+        assert await backend.history(HistoryQuery()) == []
+        current = claim_request(now, job="job", version=v1, skip_overlap=skip_overlap)
+        assert (await backend.claim(current)).outcome == Outcome.PAUSED
+        assert [r.status for r in await backend.history(HistoryQuery())] == [Status.PAUSED]
 
 
 @pytest.mark.parametrize("end", ["commit", "rollback"])

@@ -176,7 +176,6 @@ class PostgresBackend(PostgresContract):
             state = {
                 "schema": self.schema,
                 "meta": self.table_prefix + "meta",
-                "runs": self.table_prefix + "runs",
                 "functions": self.sql.function_names,
                 "relations": self.sql.relations,
                 "columns": self.sql.added_columns,

@@ -23,11 +23,12 @@ from ...backend import (
     InstanceInfo,
     Lease,
     PruneScope,
+    StoredDefinition,
     TakeoverRequest,
     bound_error,
     meta_json,
 )
-from ...errors import BackendError, ConfigurationError
+from ...errors import BackendError, ConfigurationError, ConflictError
 from ...records import HistoryQuery, Origin, Outcome, RunRecord, Status
 from .._sql import history_filter, record_from_row
 from . import _ops as ops
@@ -71,6 +72,7 @@ class PostgresContract(Backend):
                 request.horizon_ms,
                 request.skip_overlap,
                 _text(request.fingerprint),
+                request.version,
             ),
         )
         return Claim(Outcome(outcome), attempt, now)
@@ -91,6 +93,7 @@ class PostgresContract(Backend):
                 [r.horizon_ms for r in requests],
                 [r.skip_overlap for r in requests],
                 [_text(r.fingerprint) for r in requests],
+                [r.version for r in requests],
             ),
         )
         answers: list[Claim | None] = [None] * len(requests)
@@ -240,6 +243,23 @@ class PostgresContract(Backend):
                 break
             below = lowest + 1  # the rest of the lowest slot, then older ones
         return deleted
+
+    # -- job definitions -------------------------------------------------------------
+    async def write_definition(self, job: str, body: str | None, *, expected: int | None) -> int:
+        """One call of the write function: the counter's row lock orders the writers."""
+        version, current = await self._row(self.sql.write_definition, (job, body, expected))
+        if version is None:
+            raise ConflictError(
+                f"definition {job!r} is at version {current}, not {expected}", current=current
+            )
+        return int(version)
+
+    async def definitions_since(self, version: int) -> list[StoredDefinition]:
+        rows = await self._rows(self.sql.definitions_since, (version,))
+        return [StoredDefinition(job, int(v), body) for job, v, body in rows]
+
+    async def definitions_version(self) -> int:
+        return int((await self._row(self.sql.definitions_version))[0])
 
     # -- operations ----------------------------------------------------------------
     async def set_paused(self, job: str, paused: bool) -> None:

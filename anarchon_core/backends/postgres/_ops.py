@@ -1,6 +1,7 @@
 """The SQL of :mod:`anarchon_core.backends.postgres` beyond claims and leases.
 
-Manual runs, cancel, pause, the instance registry and retention: templates rendered by
+Manual runs, cancel, pause, job definitions, the instance registry and retention:
+templates rendered by
 :class:`._sql.Statements` with the same names (``{runs}``, ``{now}`` …), so
 every identifier is a :class:`psycopg.sql.Identifier` and every value a parameter.
 
@@ -16,6 +17,8 @@ from typing import Literal
 
 __all__ = [
     "CANCEL",
+    "DEFINITIONS_SINCE",
+    "DEFINITIONS_VERSION",
     "DUE_REASONS",
     "DUE_RUNS",
     "INSTANCES",
@@ -27,7 +30,12 @@ __all__ = [
     "SET_PAUSED",
     "TRIGGER",
     "UNREGISTER",
+    "VERSION_KEY",
+    "WRITE_DEFINITION",
 ]
+
+#: The row of ``meta`` that holds the newest definition version issued (the counter).
+VERSION_KEY = "definitions_version"
 
 # A function, so that it can look again: the insert does nothing when a concurrent
 # trigger recorded the job's pending request first (the unique index) or a claim took
@@ -123,6 +131,55 @@ ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused
 """
 
 PAUSED_JOBS = "SELECT j.job FROM {jobs} j WHERE j.paused ORDER BY j.job"
+
+# A job's definition lives in its ``jobs`` row: ``version`` (NULL: never defined) and
+# ``definition`` (NULL: none, or removed: a tombstone that keeps its version). The
+# counter is ``meta``'s row ``definitions_version``, which every write locks until its commit:
+# writers queue on it, each reads the version the previous one committed, so versions
+# are issued in commit order (a sequence's numbers could commit out of order, and a
+# reader that had seen a higher one would miss a lower one committed after). A function
+# for the reason the claim is one: after waiting for that lock, the job's row must be
+# read with a fresh snapshot, which a later statement of a function takes under READ
+# COMMITTED. The row is created by the first write (the host's migrations may not have
+# made it); a conflict or a removal of nothing leaves everything as it was. On a
+# conflict ``o_version`` is NULL and ``o_current`` the version the store holds.
+WRITE_DEFINITION = """
+CREATE OR REPLACE FUNCTION {define}(
+    p_job text, p_body text, p_expected bigint, OUT o_version bigint, OUT o_current bigint
+) LANGUAGE plpgsql AS $anarchon$
+DECLARE
+    v_issued bigint;
+BEGIN
+    INSERT INTO {meta} AS m (key, value) VALUES ({version_key}, '0')
+    ON CONFLICT (key) DO NOTHING;
+    SELECT m.value::bigint INTO v_issued FROM {meta} m WHERE m.key = {version_key} FOR UPDATE;
+    SELECT CASE WHEN j.definition IS NOT NULL THEN j.version ELSE 0 END INTO o_current
+    FROM {jobs} j WHERE j.job = p_job;
+    o_current := coalesce(o_current, 0);
+    IF p_expected IS NOT NULL AND p_expected <> o_current THEN
+        RETURN;
+    END IF;
+    IF p_body IS NULL AND o_current = 0 THEN  -- nothing to remove: nothing written
+        o_version := 0;
+        RETURN;
+    END IF;
+    o_version := v_issued + 1;
+    UPDATE {meta} m SET value = o_version::text WHERE m.key = {version_key};
+    INSERT INTO {jobs} AS j (job, version, definition) VALUES (p_job, o_version, p_body)
+    ON CONFLICT (job) DO UPDATE SET version = EXCLUDED.version, definition = EXCLUDED.definition;
+END
+$anarchon$
+"""
+
+# One statement, one snapshot: every change committed before it, by version.
+DEFINITIONS_SINCE = """
+SELECT j.job, j.version, j.definition FROM {jobs} j
+WHERE j.version > %s::bigint ORDER BY j.version
+"""
+
+DEFINITIONS_VERSION = """
+SELECT coalesce((SELECT m.value::bigint FROM {meta} m WHERE m.key = {version_key}), 0)
+"""
 
 # An unchanged spec keeps the stored value (``i.info`` itself): a large, out-of-line
 # ``info`` is then not written again at every refresh.

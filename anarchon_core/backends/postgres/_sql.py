@@ -13,13 +13,15 @@ Times are ``bigint`` epoch milliseconds read from ``clock_timestamp()`` inside e
 statement: ``now()`` is frozen at the start of a transaction, so a statement that
 waited for a lock would judge leases by a stale clock.
 
-The claim, the batch of claims, the takeover and the trigger are PL/pgSQL functions
-(one round trip: ``SELECT … FROM f(…)``) rather than one CTE statement because they
-must see rows committed while they waited: the claim's and the takeover's overlap
-check, runs committed while they waited for the job's lock; the trigger, the request
-or run that made its insert do nothing. Under READ COMMITTED each statement of a function takes a
-fresh snapshot; the parts of one CTE statement share the snapshot taken before the
-wait, so they would miss a row committed meanwhile.
+The claim, the batch of claims, the takeover, the trigger and the write of a job
+definition are PL/pgSQL functions (one round trip: ``SELECT … FROM f(…)``) rather than
+one CTE statement because they must see rows committed while they waited: the claim's
+and the takeover's overlap check, runs committed while they waited for the job's lock;
+the trigger, the request or run that made its insert do nothing; the definition's
+write, the job's definition as the writer it queued behind committed it. Under READ
+COMMITTED each statement of a function takes a fresh snapshot; the parts of one CTE
+statement share the snapshot taken before the wait, so they would miss a row committed
+meanwhile.
 """
 
 from __future__ import annotations
@@ -61,8 +63,10 @@ NOW = "(floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
 # The partial index holds only open runs: the live-run check and the sweep read it, and
 # finished runs leave it. The unique partial index on pending manual requests admits
 # one per job and lets the sweep find them.
-# ``requested_by`` (who asked for a manual run) is added to stores created before it;
-# the registry's rows are rewritten at every refresh, hence its low fill factor.
+# ``requested_by`` (who asked for a manual run) is added to stores created before it,
+# as are a job's stored definition and its version (see ``ops.WRITE_DEFINITION``): all
+# nullable, without a default, so adding them rewrites nothing (catalog only).
+# The registry's rows are rewritten at every refresh, hence its low fill factor.
 _TABLES = """
 CREATE TABLE IF NOT EXISTS {runs} (
     job           text COLLATE "C" NOT NULL,
@@ -101,6 +105,8 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     job    text COLLATE "C" PRIMARY KEY,
     paused boolean NOT NULL DEFAULT false
 );
+ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS version bigint;
+ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS definition text;
 CREATE TABLE IF NOT EXISTS {instances} (
     instance_id text COLLATE "C" PRIMARY KEY,
     info        jsonb  NOT NULL,
@@ -143,6 +149,7 @@ _CLAIM = (
 CREATE OR REPLACE FUNCTION {claim}(
     p_job text, p_slot bigint, p_origin text, p_token text, p_instance text,
     p_lease_ms bigint, p_horizon_ms bigint, p_skip_overlap boolean, p_fingerprint text,
+    p_version bigint,
     OUT o_outcome text, OUT o_attempt integer, OUT o_store_now bigint
 ) LANGUAGE plpgsql AS $anarchon$
 DECLARE
@@ -170,8 +177,10 @@ BEGIN
               AND o.slot <> p_slot;
         END IF;
         -- One statement decides and records, reading with a snapshot taken after the
-        -- lock: the paused flag, another live run, then the run and its first record.
-        -- Claims of this run that took no lock are decided by the primary key.
+        -- lock: the definition's version (a claim without one reads nothing for it),
+        -- the paused flag, another live run, then the run and its first record. A stale
+        -- claim writes nothing: its insert selects no row. Claims of this run that took
+        -- no lock are decided by the primary key.
         WITH run AS (
             INSERT INTO {runs} AS r
                 (job, slot, origin, state, attempt, token, lease_expires, retry_at,
@@ -183,11 +192,16 @@ BEGIN
             FROM (
                 SELECT s.state, CASE s.state WHEN 'running' THEN 1 ELSE 0 END AS attempt
                 FROM (SELECT CASE
+                    WHEN p_version IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM {jobs} j WHERE j.job = p_job AND j.version = p_version
+                          AND j.definition IS NOT NULL)
+                        THEN 'stale'
                     WHEN EXISTS (SELECT 1 FROM {jobs} j WHERE j.job = p_job AND j.paused)
                         THEN 'paused'
                     WHEN v_overlap IS NOT NULL THEN 'skipped'
                     ELSE 'running' END AS state) s
             ) d
+            WHERE d.state <> 'stale'
             ON CONFLICT (job, slot) DO NOTHING
             RETURNING r.state, r.attempt
         )
@@ -208,12 +222,18 @@ BEGIN
             o_outcome := CASE v_status WHEN 'running' THEN 'won' ELSE v_status END;
             RETURN;
         END IF;
-        -- Another claim of this run committed first (the insert waited for it).
+        -- Another claim of this run committed first (the insert waited for it), or
+        -- the claim was stale: then no run is there either (a run that is, committed
+        -- by another claim meanwhile, makes the answer 'taken', which comes first).
         o_store_now := {now};
         SELECT r.token = p_token AND r.attempt = 1,
                r.state = 'running' AND r.lease_expires > o_store_now
         INTO v_mine, v_live
         FROM {runs} r WHERE r.job = p_job AND r.slot = p_slot;
+        IF NOT FOUND AND p_version IS NOT NULL THEN
+            o_outcome := 'stale'; o_attempt := 0;
+            RETURN;
+        END IF;
     END IF;
     o_attempt := 0;  -- INTO above cleared it
     IF v_mine IS NOT TRUE THEN
@@ -240,6 +260,7 @@ _CLAIM_MANY = """
 CREATE OR REPLACE FUNCTION {claim_many}(
     p_jobs text[], p_slots bigint[], p_origins text[], p_tokens text[], p_instances text[],
     p_lease_ms bigint[], p_horizon_ms bigint[], p_skip_overlap boolean[], p_fingerprints text[],
+    p_versions bigint[],
     OUT o_ord bigint, OUT o_outcome text, OUT o_attempt integer, OUT o_store_now bigint
 ) RETURNS SETOF record LANGUAGE plpgsql AS $anarchon$
 DECLARE
@@ -251,9 +272,9 @@ BEGIN
         FROM (
             SELECT u.*, hashtext({lock_key} || u.job) AS lock_key
             FROM unnest(p_jobs, p_slots, p_origins, p_tokens, p_instances, p_lease_ms,
-                        p_horizon_ms, p_skip_overlap, p_fingerprints)
+                        p_horizon_ms, p_skip_overlap, p_fingerprints, p_versions)
                 WITH ORDINALITY AS u(job, slot, origin, token, instance, lease_ms, horizon_ms,
-                                     skip_overlap, fingerprint, ord)
+                                     skip_overlap, fingerprint, version, ord)
         ) q
         ORDER BY q.lock_key, q.job, q.ord
     LOOP
@@ -263,7 +284,7 @@ BEGIN
         END IF;
         SELECT c.o_outcome, c.o_attempt, c.o_store_now INTO o_outcome, o_attempt, o_store_now
         FROM {claim}(v.job, v.slot, v.origin, v.token, v.instance, v.lease_ms, v.horizon_ms,
-                     v.skip_overlap, v.fingerprint) c;
+                     v.skip_overlap, v.fingerprint, v.version) c;
         o_ord := v.ord;
         RETURN NEXT;
     END LOOP;
@@ -511,7 +532,8 @@ def identifier(what: str, value: object, max_length: int) -> str:
 
 
 # What exists of one store: its schema, its meta table, its current functions, its
-# tables and indexes, and the columns added to ``runs`` after it was first created.
+# tables and indexes, and the columns added to its tables after they were first created
+# (named ``table.column``).
 _LAYOUT_STATE = """
 SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s),
        EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -522,8 +544,8 @@ SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s),
         WHERE n.nspname = %(schema)s AND c.relname = ANY(%(relations)s)),
        (SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
         JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %(schema)s AND c.relname = %(runs)s
-          AND a.attname = ANY(%(columns)s) AND NOT a.attisdropped),
+        WHERE n.nspname = %(schema)s AND c.relname || '.' || a.attname = ANY(%(columns)s)
+          AND NOT a.attisdropped),
        (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %(schema)s AND c.relname = ANY(%(former)s))
 """
@@ -557,6 +579,7 @@ class Statements:
             "not_started": sql.Literal(NOT_STARTED),
             "lock_class": sql.Literal(LOCK_CLASS),
             "lock_key": sql.Literal(f"{schema}.{prefix}:"),
+            "version_key": sql.Literal(ops.VERSION_KEY),
         }
 
         def render(template: str, **extra: sql.Composable) -> str:
@@ -570,6 +593,7 @@ class Statements:
             "claim_many": _CLAIM_MANY,
             "take_over": _TAKE_OVER,
             "trigger": ops.TRIGGER,
+            "define": ops.WRITE_DEFINITION,
         }
         placeholders = {name: sql.SQL(name) for name in bodies}
         digest = hashlib.sha256(
@@ -596,7 +620,14 @@ class Statements:
         #: upgrade, by an older instance that restarted), so a store holding one is
         #: incomplete.
         self.former_relations = [prefix + "attempts_slot"]
-        self.added_columns = ["requested_by"]
+        self.added_columns = [
+            f"{prefix}{table}.{column}"
+            for table, column in (
+                ("runs", "requested_by"),
+                ("jobs", "version"),
+                ("jobs", "definition"),
+            )
+        ]
         self.create_schema = render("CREATE SCHEMA {schema}", schema=sql.Identifier(schema))
         self.create_meta = render(
             "CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value text NOT NULL)"
@@ -615,7 +646,7 @@ class Statements:
             query = sql.SQL("SELECT o_outcome, o_attempt, o_store_now FROM {}(" + args + ")")
             return query.format(functions[name]).as_string(None)
 
-        claim_types = "text bigint text text text bigint bigint boolean text"
+        claim_types = "text bigint text text text bigint bigint boolean text bigint"
         self.claim = call("claim", claim_types)
         # The batch takes the claim's arguments as arrays, one element per request.
         arrays = ", ".join(f"%s::{t}[]" for t in claim_types.split())
@@ -629,6 +660,12 @@ class Statements:
         )
         self.now_ms = f"SELECT {NOW}"
         self.trigger = render("SELECT {trigger}(%s::text, %s::text)", trigger=functions["trigger"])
+        self.write_definition = render(
+            "SELECT o_version, o_current FROM {write}(%s::text, %s::text, %s::bigint)",
+            write=functions["define"],
+        )
+        self.definitions_since = render(ops.DEFINITIONS_SINCE)
+        self.definitions_version = render(ops.DEFINITIONS_VERSION)
         self.heartbeat = render(_HEARTBEAT)
         self.finish = render(_FINISH)
         self.finish_many = render(_FINISH_MANY)
