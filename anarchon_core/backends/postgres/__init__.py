@@ -21,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ...backend import (
@@ -161,6 +163,24 @@ class PostgresBackend(PostgresContract):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+    async def watch_definitions(self, changed: Callable[[], None]) -> None:
+        """``LISTEN`` on a connection of its own (not the pool's: a pooler in transaction
+        mode would drop it) to the channel every definition write notifies at commit."""
+        kwargs = connection_kwargs(self._params, self.prepare_threshold)
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise self._convert(exc) from exc
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.sql.channel)))
+            changed()
+            async for _ in conn.notifies():
+                changed()
+        except psycopg.Error as exc:
+            raise self._convert(exc) from exc
+        finally:
+            await conn.close()
 
     async def _create_layout(self, conn: Conn) -> None:
         """Check the version and create what is missing, serialised across instances.

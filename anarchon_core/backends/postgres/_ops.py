@@ -167,6 +167,7 @@ BEGIN
     UPDATE {meta} m SET value = o_version::text WHERE m.key = {version_key};
     INSERT INTO {jobs} AS j (job, version, definition) VALUES (p_job, o_version, p_body)
     ON CONFLICT (job) DO UPDATE SET version = EXCLUDED.version, definition = EXCLUDED.definition;
+    PERFORM pg_notify({channel}, o_version::text);  -- delivered at commit, to listeners
 END
 $anarchon$
 """

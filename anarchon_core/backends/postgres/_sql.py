@@ -557,6 +557,11 @@ class Statements:
     def __init__(self, schema: str, prefix: str) -> None:
         self.schema = schema
         self.prefix = prefix
+        #: The channel every definition write notifies (a digest: an identifier of at
+        #: most 63 bytes whatever the schema and prefix).
+        self.channel = (
+            "anarchon_defs_" + hashlib.sha256(f"{schema}.{prefix}".encode()).hexdigest()[:16]
+        )
 
         def table(name: str) -> sql.Identifier:
             return sql.Identifier(schema, prefix + name)
@@ -580,6 +585,7 @@ class Statements:
             "lock_class": sql.Literal(LOCK_CLASS),
             "lock_key": sql.Literal(f"{schema}.{prefix}:"),
             "version_key": sql.Literal(ops.VERSION_KEY),
+            "channel": sql.Literal(self.channel),
         }
 
         def render(template: str, **extra: sql.Composable) -> str:
