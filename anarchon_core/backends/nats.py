@@ -56,6 +56,7 @@ transaction or script as the claim and have no such window.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -849,6 +850,28 @@ class NatsBackend(Backend):
                 f"NATS at {self.describe()}: reading the definitions failed: {_text(exc)}"
             ) from exc
         return sorted(latest.values(), key=lambda d: d.version)
+
+    async def watch_definitions(self, changed: Callable[[], None]) -> None:
+        """A core subscription to the definitions bucket's subjects: every put and delete
+        of a definition is published there, and heard as it is stored."""
+        self._open_kv()
+        assert self._nc is not None  # _open_kv checked it
+
+        async def heard(_: Msg) -> None:
+            changed()
+
+        try:
+            subscription = await self._nc.subscribe(f"$KV.{self.definitions_bucket}.>", cb=heard)
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: subscribing to definition changes failed: {_text(exc)}"
+            ) from exc
+        try:
+            changed()
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
 
     async def definitions_version(self) -> int:
         """The definitions stream's last sequence: the newest revision issued (0: none)."""
