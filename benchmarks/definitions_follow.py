@@ -10,7 +10,8 @@ follower's version reached the change's). Two modes run interleaved, change by c
 (notifications off: the heartbeat poll alone). A store with no notifications polls in
 both modes.
 
-Run: ``python -m benchmarks.definitions_follow`` (about 3 minutes), or
+Each write comes at a random point of the replicas' poll period. Run:
+``python -m benchmarks.definitions_follow`` (about 6 minutes), or
 ``--stores redis --replicas 8 --changes 10``.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import secrets
 import statistics
 import tempfile
@@ -100,7 +102,9 @@ async def measure(url: str, replicas: int, changes: int) -> dict[str, list[float
                 while any(f is None or f.seen < versions[mode] for f in followers):
                     await asyncio.sleep(0.001)
                 delays[mode].append((time.perf_counter() - written) * 1000)
-                await asyncio.sleep(0.05)
+                # The next write at a random point of the poll period, not right after
+                # the poll that followed this one (that would measure the worst case).
+                await asyncio.sleep(random.uniform(0, 2.0))
     finally:
         await writer.close()
         await asyncio.gather(*(s.stop() for _, s in schedulers))
