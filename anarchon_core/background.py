@@ -7,19 +7,28 @@ there is never a second copy of the scheduling logic.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
+from .definitions import Definition
 from .errors import SchedulerStateError
 from .loop_thread import LoopThread
 from .scheduler import Scheduler
+from .stored_jobs import SyncReport
 
 __all__ = ["BackgroundScheduler"]
 
 logger = logging.getLogger("anarchon")
 
+T = TypeVar("T")
+
 #: Seconds allowed beyond the grace period for the loop to wind down.
 STOP_SLACK_S = 5.0
+#: Seconds a call on the store (a definition change) may take.
+CALL_TIMEOUT_S = 30.0
 
 
 class BackgroundScheduler:
@@ -63,3 +72,36 @@ class BackgroundScheduler:
             logger.exception("background scheduler did not stop cleanly")
         finally:
             host.close(STOP_SLACK_S)
+
+    # -- stored definitions, synchronously -------------------------------------------
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run a store call on the engine's loop while running (its connections live
+        there), else on a loop of its own."""
+        host = self._host
+        if host is not None and host.usable:
+            return host.call(make(), CALL_TIMEOUT_S)
+        return asyncio.run(make())
+
+    def add_definition(self, definition: Definition) -> Definition:
+        """:meth:`Scheduler.add_definition`, from synchronous code."""
+        return self._call(lambda: self.scheduler.add_definition(definition))
+
+    def update_definition(self, definition: Definition) -> Definition:
+        """:meth:`Scheduler.update_definition`, from synchronous code."""
+        return self._call(lambda: self.scheduler.update_definition(definition))
+
+    def remove_definition(self, name: str, *, version: int) -> None:
+        """:meth:`Scheduler.remove_definition`, from synchronous code."""
+        self._call(lambda: self.scheduler.remove_definition(name, version=version))
+
+    def get_definition(self, name: str) -> Definition | None:
+        """:meth:`Scheduler.get_definition`, from synchronous code."""
+        return self._call(lambda: self.scheduler.get_definition(name))
+
+    def definitions(self) -> list[Definition]:
+        """:meth:`Scheduler.definitions`, from synchronous code."""
+        return self._call(self.scheduler.definitions)
+
+    def sync_code_jobs(self) -> SyncReport:
+        """:meth:`Scheduler.sync_code_jobs`, from synchronous code."""
+        return self._call(self.scheduler.sync_code_jobs)

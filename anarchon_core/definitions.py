@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from .errors import ConfigurationError, refusing
-from .job import JOB_OPTIONS, validate_option_keys
+from .job import JOB_OPTIONS, JobOptions, resolve_options
 from .names import validate_job_name
 from .redact import brief
 from .schedules import (
@@ -204,8 +204,8 @@ class Definition:
         args_list = _json_list(args, where)
         kwargs_dict = _json_object(kwargs or {}, f"{where}: kwargs")
         _bounded({"args": args_list, "kwargs": kwargs_dict}, MAX_ARGUMENTS_BYTES, where, "args")
-        with refusing("option"):
-            validate_option_keys(options or {}, where)  # checked; kept by public name
+        with refusing("option"):  # each option and their combination; kept by name
+            resolve_options(JobOptions(), options or {}, where)
         targets = _json_object(target_options or {}, f"{where}: target_options")
         _bounded(targets, MAX_TARGET_OPTIONS_BYTES, where, "target_options")
         if not isinstance(enabled, bool):

@@ -4,13 +4,15 @@ removals without a restart; no slot of a superseded definition runs, each slot o
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 from virtual import BASE_MS, Recorder, run_virtual
 
-from anarchon_core import MemoryBackend, RunContext, Scheduler
+from anarchon_core import BackgroundScheduler, MemoryBackend, RunContext, Scheduler
 from anarchon_core.definitions import Definition
 from anarchon_core.errors import ConfigurationError, ConflictError
 from anarchon_core.schedules import At, Every
@@ -233,3 +235,31 @@ def test_code_jobs_sync_into_the_store_and_leave_it_with_the_code() -> None:
             )
 
     run_virtual(main)
+
+
+def test_the_background_scheduler_edits_definitions_from_synchronous_code(tmp_path: Path) -> None:
+    """A sync host (Django, Celery) edits definitions on the engine's loop while it runs,
+    and on a loop of its own while it does not; the runs follow on a real SQLite file."""
+    ran = threading.Event()
+    scheduler = Scheduler(f"sqlite:///{tmp_path / 'store.sqlite3'}", heartbeat_ms=100)
+
+    @scheduler.target("reports.send")
+    def send(ctx: RunContext, n: int) -> None:
+        assert n == 3
+        ran.set()
+
+    background = BackgroundScheduler(scheduler)
+    first = background.add_definition(Definition.create("report", Every("1s"), "x.y"))
+    assert first.version == 1 and background.get_definition("report") == first
+    background.start()
+    try:
+        second = background.update_definition(
+            Definition.create("report", Every("1s"), "reports.send", args=[3], version=1)
+        )
+        assert ran.wait(5), "the changed definition ran"
+        assert [d.version for d in background.definitions()] == [second.version]
+        background.remove_definition("report", version=second.version)
+        assert background.definitions() == []
+    finally:
+        background.stop()
+    assert background.sync_code_jobs().created == []
