@@ -18,7 +18,7 @@ from typing import Any
 from .. import stored_jobs
 from ..backend import Backend, wall_clock_ms
 from ..definitions import Definition
-from ..errors import ConfigurationError
+from ..errors import CapabilityError, ConfigurationError
 from ..records import iso_utc
 from ..schedules import NO_SLOT, Schedule
 from ._errors import CliError
@@ -200,13 +200,25 @@ def _apply(args: argparse.Namespace) -> int:
 def _next(args: argparse.Namespace) -> int:
     if args.count < 1 or args.count > 1000:
         raise ConfigurationError(f"-n {args.count} is not valid: give 1 to 1000")
-    found = store_call(
-        args, lambda backend: stored_jobs.get_definition(backend, args.name, args.namespace)
-    )
+
+    async def read(backend: Backend) -> tuple[Definition | None, int | None]:
+        definition = await stored_jobs.get_definition(backend, args.name, args.namespace)
+        try:
+            live = await backend.instances()
+        except CapabilityError:  # no registry: the store cannot say who holds it
+            return definition, None
+        held = [i for i in live if definition is not None and definition.target in i.targets]
+        return definition, len(held)
+
+    found, holders = store_call(args, read)
     if found is None:
         raise CliError(f"no stored definition {args.name!r}", code=1)
     schedule = found.effective_schedule
     print(f"{found.name} (version {found.version}): {schedule.describe()}, zone {schedule.tz}")
+    if found.owner == "store" and holders == 0:
+        print(f"  no live instance holds target {found.target!r}: its slots run nowhere")
+    elif found.owner == "store" and holders is not None:
+        print(f"  target {found.target!r}: held by {holders} live instance(s)")
     if not found.enabled:
         print(f"  disabled{': ' + found.reason if found.reason else ''}: no slot runs")
     for line in next_slot_lines(schedule, wall_clock_ms(), args.count):
