@@ -50,6 +50,10 @@ ACTION_PERMISSIONS = {
     "resume": "anarchon_django.pause_job",
     "trigger": "anarchon_django.trigger_job",
     "cancel": "anarchon_django.cancel_run",
+    # Stored definitions: Django's own model permissions of the jobs table.
+    "add_definition": "anarchon_django.add_job",
+    "update_definition": "anarchon_django.change_job",
+    "remove_definition": "anarchon_django.delete_job",
 }
 
 # CsrfViewMiddleware checks the Referer over HTTPS, so the admin keeps it on its own origin.

@@ -10,12 +10,13 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 from services import service_unreachable
@@ -24,8 +25,13 @@ T = TypeVar("T")
 
 
 @contextmanager
-def chrome(log_dir: Path) -> Iterator[webdriver.Chrome]:
-    """A headless Chromium; its console errors fail the test at the end."""
+def chrome(log_dir: Path, *, expect_statuses: Collection[int] = ()) -> Iterator[webdriver.Chrome]:
+    """A headless Chromium; its console errors fail the test at the end.
+
+    Chromium logs every HTTP error answer as an error ("Failed to load resource: the
+    server responded with a status of 409"); ``expect_statuses`` names the statuses a
+    test provokes on purpose, whose such entries are not failures.
+    """
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if binary is None or driver is None:
         service_unreachable(
@@ -51,7 +57,13 @@ def chrome(log_dir: Path) -> Iterator[webdriver.Chrome]:
     browser = webdriver.Chrome(service=service, options=options)
     try:
         yield browser
-        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        expected = tuple(f"the server responded with a status of {n} " for n in expect_statuses)
+        errors = [
+            e
+            for e in browser.get_log("browser")
+            if e["level"] == "SEVERE"
+            and not (e.get("source") == "network" and any(x in e["message"] for x in expected))
+        ]
         assert not errors, f"the page logged errors: {errors}"
     finally:
         browser.quit()
@@ -60,8 +72,11 @@ def chrome(log_dir: Path) -> Iterator[webdriver.Chrome]:
 def wait_until(
     browser: webdriver.Chrome, what: str, check: Callable[[Any], T], timeout: float = 15
 ) -> T:
-    """Poll ``check(browser)`` until it is truthy; fail naming ``what``."""
-    return WebDriverWait(browser, timeout, poll_frequency=0.1).until(check, f"waiting for {what}")
+    """Poll ``check(browser)`` until it is truthy; fail naming ``what``. An element that a
+    re-render replaced meanwhile (stale) counts as not yet, like a missing one."""
+    return WebDriverWait(
+        browser, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(check, f"waiting for {what}")
 
 
 def free_port() -> int:

@@ -390,6 +390,38 @@ def test_actions_need_the_model_permission(
     assert trigger.status_code == 403
 
 
+def test_definitions_are_changed_with_the_jobs_model_permissions(
+    django_user_model: Any, dashboard: None, backend: DjangoBackend, runner: asyncio.Runner
+) -> None:
+    """The dashboard the admin mounts edits stored definitions with Django's own model
+    permissions of the jobs table: add, change and delete each need theirs."""
+    staff = django_user_model.objects.create_user("editor", password="pw", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_historyrecord"))
+    client, token = csrf_client(staff)
+    body = {"name": "report", "schedule": {"every": "1h"}, "target": "reports.send"}
+    refused = post_json(client, "definitions", body, HTTP_X_CSRFTOKEN=token)
+    assert refused.status_code == 403 and "anarchon_django.add_job" in refused.json()["error"]
+    staff.user_permissions.add(Permission.objects.get(codename="add_job"))
+    client.force_login(django_user_model.objects.get(pk=staff.pk))
+    added = post_json(client, "definitions", body, HTTP_X_CSRFTOKEN=token)
+    assert added.status_code == 200, added.content
+    assert added.json()["version"] == 1
+    change = {**body, "schedule": {"every": "2h"}, "version": 1}
+    refused = post_json(client, "definitions/report", change, HTTP_X_CSRFTOKEN=token)
+    assert refused.status_code == 403 and "change_job" in refused.json()["error"]
+    staff.user_permissions.add(Permission.objects.get(codename="change_job"))
+    client.force_login(django_user_model.objects.get(pk=staff.pk))
+    changed = post_json(client, "definitions/report", change, HTTP_X_CSRFTOKEN=token)
+    assert changed.status_code == 200, changed.content
+    stale = post_json(client, "definitions/report", change, HTTP_X_CSRFTOKEN=token)
+    assert stale.status_code == 409 and stale.json()["current"] == changed.json()["version"]
+    remove = {"version": changed.json()["version"]}
+    refused = post_json(client, "definitions/report/remove", remove, HTTP_X_CSRFTOKEN=token)
+    assert refused.status_code == 403 and "delete_job" in refused.json()["error"]
+    stored = runner.run(backend.definitions_since(0))
+    assert [(d.job, d.version) for d in stored] == [("report", changed.json()["version"])]
+
+
 def test_a_trigger_names_the_operator_in_the_store(
     admin_user: Any, seeded: dict[str, int], dashboard: None
 ) -> None:

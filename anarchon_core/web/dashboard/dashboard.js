@@ -31,7 +31,19 @@
  *   #instances tbody tr[data-instance="ID"]
  *   #mismatches li[data-job="NAME"]     fingerprint-mismatch warning; hidden when none
  *   #instances-note                     no registry (501, claim-only store) or no live instance
- *   URL fragment: #view=runs|instances and #job=NAME open a view / a timeline (kept in sync)
+ *   #definitions tbody tr[data-job="STORE NAME"][data-owner="store"|"code"][data-version="N"]
+ *       [data-enabled="1"|"0"][data-target-held="0" when no live instance holds the target]
+ *     .def-schedule (title: the schedule's JSON), .target-unheld, .def-reason, .next time
+ *     button[data-def-action="edit"|"disable"|"enable"|"remove"][data-job]   store-owned rows,
+ *       with actions only (disable asks for a reason with prompt(), remove confirm()s)
+ *   #definitions-note                   the 501 of a store that keeps no definitions (no banner)
+ *   #definition-new                     "New definition" (actions only); #definition-editor holds
+ *   #definition-form[data-mode="create"|"edit"][data-job][data-version]: inputs #def-namespace,
+ *     #def-name, #def-kind (every|cron|at), #def-every, #def-offset, #def-cron, #def-tz, #def-day-or,
+ *     #def-at, #def-target, #def-args, #def-kwargs, #def-options, #def-target-options (JSON text),
+ *     #def-enabled, #def-reason, #def-start-at, #def-end-at, #def-description; #definition-save,
+ *     #definition-cancel; #definition-error[data-status="409"|"400"|…|"form"] keeps the form open
+ *   URL fragment: #view=runs|instances|definitions and #job=NAME open a view / a timeline (kept in sync)
  *   "Run now" is rendered but disabled for a job with instances: 0 (the API would answer 409).
  *
  * Auth: a token in the page URL fragment (#token=...) is read once, kept in sessionStorage
@@ -62,6 +74,9 @@
     lastOk: null,
     sigs: {},              // last rendered data per view, to skip identical re-renders
     noRegistry: false,     // api/instances answered 501 (claim-only store): not asked again
+    defs: null,            // last api/definitions answer
+    noDefinitions: null,   // api/definitions answered 501: its message; not asked again
+    editor: null,          // the open definition form: { mode: 'create'|'edit', job, version }
   };
 
   // ---------------------------------------------------------------- small helpers
@@ -325,6 +340,7 @@
     state.actions = data.actions === true;
     renderJobs();
     if (state.job) renderTimelineHead();
+    if (state.defs) renderDefinitions();
   }
 
   // ---------------------------------------------------------------- timeline
@@ -596,6 +612,329 @@
     }
   }
 
+  // ---------------------------------------------------------------- definitions view
+  const DEF_STALE = 'changed since you opened it: reload and redo';
+  const DEF_VERBS = { disable: 'Disable', enable: 'Enable', remove: 'Remove' };
+  const clip = (text, n) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
+
+  /** The schedule's JSON form, readably: every/offset, cron + zone, at; its JSON on hover. */
+  function defScheduleCell(d) {
+    const s = d.schedule || {};
+    let main;
+    if (s.every != null) {
+      main = [h('code', {}, `every ${s.every}`), s.offset ? muted(` offset ${s.offset}`) : null];
+    } else if (s.cron != null) {
+      main = [h('code', {}, `cron ${s.cron}`), ' ', muted(s.tz || 'UTC'),
+        s.day_or === false ? muted(' · day of month and day of week') : null];
+    } else if (s.at != null) {
+      main = ['once at ', timeEl(s.at)];
+    } else {
+      main = h('code', {}, JSON.stringify(s));
+    }
+    const bounds = d.start_at || d.end_at
+      ? h('div', { class: 'muted small' }, d.start_at ? ['from ', timeEl(d.start_at), ' '] : null,
+        d.end_at ? ['until ', timeEl(d.end_at)] : null)
+      : null;
+    return td('Schedule', h('span', { class: 'def-schedule', title: JSON.stringify(s) }, main), bounds);
+  }
+
+  function defTargetCell(d) {
+    const args = d.args && d.args.length ? JSON.stringify(d.args) : '';
+    const kwargs = d.kwargs && Object.keys(d.kwargs).length ? JSON.stringify(d.kwargs) : '';
+    const call = [args && `args ${args}`, kwargs && `kwargs ${kwargs}`].filter(Boolean).join(' ');
+    return td('Target', h('code', {}, d.target),
+      d.target_held === false
+        ? h('div', { class: 'target-unheld warn-text small', title: 'Its slots run nowhere until an instance registers this target' },
+          '⚠ no live instance holds this target')
+        : null,
+      call ? h('div', { class: 'muted small def-args', title: call }, clip(call, 80)) : null);
+  }
+
+  function defActions(d) {
+    if (d.owner !== 'store') return muted('read-only: change it in the code');
+    const btn = (act, label, cls = '') => h('button', {
+      type: 'button', class: `btn btn-small ${cls}`.trim(), 'data-def-action': act, 'data-job': d.job,
+    }, label);
+    return h('div', { class: 'btn-row' }, btn('edit', 'Edit'),
+      d.enabled ? btn('disable', 'Disable', 'btn-pause') : btn('enable', 'Enable', 'btn-resume'),
+      btn('remove', 'Remove', 'btn-danger'));
+  }
+
+  function definitionRow(d) {
+    const next = d.next_slots || [];
+    const owner = d.owner === 'code' ? 'code' : 'store';
+    return h('tr', {
+      'data-job': d.job, 'data-owner': owner, 'data-version': d.version, 'data-enabled': d.enabled ? '1' : '0',
+      'data-target-held': d.target_held === false ? '0' : null,
+      class: [!d.enabled && 'is-disabled', state.editor && state.editor.job === d.job && 'selected']
+        .filter(Boolean).join(' ') || null,
+    },
+    td('Definition', h('b', { class: 'def-name' }, d.job),
+      d.description ? h('div', { class: 'muted small def-description' }, d.description) : null),
+    td('Source', h('span', {
+      class: `chip chip-${owner}`,
+      title: owner === 'code' ? 'A code job synced to the store: read-only here' : 'Kept in the store: edited here or by the API and CLI',
+    }, owner)),
+    td('Version', h('span', { class: 'def-version' }, String(d.version))),
+    defScheduleCell(d),
+    defTargetCell(d),
+    td('Enabled', d.enabled
+      ? h('span', { class: 'def-enabled' }, 'enabled')
+      : [h('span', { class: 'badge badge-disabled' }, 'disabled'),
+        d.reason ? h('div', { class: 'small def-reason' }, d.reason) : null]),
+    td('Next slots', next.length
+      ? h('div', { class: 'next' }, timeEl(next[0].at, next[0].slot),
+        next.slice(1, 5).map((n) => h('span', { class: 'muted small' }, ' · ', timeEl(n.at, n.slot))))
+      : muted(d.enabled ? 'none' : 'none (disabled)')),
+    state.actions ? h('td', { class: 'actions-col', 'data-label': 'Actions' }, defActions(d)) : null);
+  }
+
+  function renderDefinitions() {
+    $('#definition-new').hidden = !state.actions || state.noDefinitions != null;
+    const data = state.defs;
+    if (!data) return;
+    const sig = JSON.stringify([state.actions, data.definitions, state.editor && state.editor.job]);
+    if (sig === state.sigs.definitions) return;
+    state.sigs.definitions = sig;
+    $('#definitions tbody').replaceChildren(...data.definitions.map(definitionRow));
+    $('#definitions-empty').hidden = data.definitions.length > 0;
+    $('#definitions-count').textContent = String(data.definitions.length);
+  }
+
+  async function loadDefinitions() {
+    if (state.noDefinitions != null) return;
+    try {
+      state.defs = await api('api/definitions');
+    } catch (err) {
+      if (err.status !== 501) throw err;
+      // A store that keeps no definitions (claim-only): say so in the tab, once, not as a failure.
+      state.noDefinitions = err.message;
+      state.defs = null;
+      const note = $('#definitions-note');
+      note.textContent = (err.data && err.data.error) || err.message; // names the stores that keep them
+      note.hidden = false;
+      $('#definitions-bar').hidden = $('#definitions-panel').hidden = true;
+      closeEditor();
+      renderDefinitions();
+      return;
+    }
+    renderDefinitions();
+  }
+
+  // -- the form: a whole definition, sent with the version it was read at
+  function formError(text, status = 'form', extra = null) {
+    const box = $('#definition-error');
+    box.dataset.status = status;
+    box.replaceChildren(h('span', { class: 'banner-text' }, text), ...(extra ? [extra] : []));
+    box.hidden = false;
+    box.scrollIntoView({ block: 'nearest' });
+  }
+
+  function clearFormError() {
+    const box = $('#definition-error');
+    box.hidden = true;
+    delete box.dataset.status;
+    box.replaceChildren();
+  }
+
+  function showKind() {
+    const kind = $('#def-kind').value;
+    for (const el of document.querySelectorAll('#definition-form [data-kind]')) el.hidden = el.dataset.kind !== kind;
+  }
+
+  function fillForm(d) {
+    const s = (d && d.schedule) || {};
+    const set = (id, value) => { $(id).value = value == null ? '' : String(value); };
+    const json = (value, empty) => JSON.stringify(value == null ? empty : value);
+    set('#def-namespace', d && d.namespace);
+    set('#def-name', d && d.name);
+    $('#def-kind').value = s.cron != null ? 'cron' : s.at != null ? 'at' : 'every';
+    set('#def-every', s.every);
+    set('#def-offset', s.offset);
+    set('#def-cron', s.cron);
+    set('#def-tz', s.tz);
+    $('#def-day-or').checked = s.day_or !== false;
+    set('#def-at', s.at);
+    set('#def-target', d && d.target);
+    set('#def-args', json(d && d.args, []));
+    set('#def-kwargs', json(d && d.kwargs, {}));
+    set('#def-options', json(d && d.options, {}));
+    set('#def-target-options', json(d && d.target_options, {}));
+    $('#def-enabled').checked = d ? d.enabled !== false : true;
+    set('#def-reason', d && d.reason);
+    set('#def-start-at', d && d.start_at);
+    set('#def-end-at', d && d.end_at);
+    set('#def-description', d && d.description);
+    showKind();
+  }
+
+  /** The form as the API's definition body; a JSON field that does not parse throws. */
+  function readForm() {
+    const text = (id) => $(id).value.trim();
+    const json = (id, label, example) => {
+      const value = text(id);
+      if (!value) return example;
+      try {
+        return JSON.parse(value);
+      } catch (err) {
+        throw new Error(`${label} ${clip(value, 60)} is not valid JSON (${err.message}): give e.g. ${JSON.stringify(example)}`);
+      }
+    };
+    const kind = $('#def-kind').value;
+    let schedule;
+    if (kind === 'cron') {
+      schedule = { cron: text('#def-cron') };
+      if (text('#def-tz')) schedule.tz = text('#def-tz');
+      if (!$('#def-day-or').checked) schedule.day_or = false;
+    } else if (kind === 'at') {
+      schedule = { at: text('#def-at') };
+    } else {
+      schedule = { every: text('#def-every') };
+      if (text('#def-offset')) schedule.offset = text('#def-offset');
+    }
+    const body = {
+      name: text('#def-name'),
+      schedule,
+      target: text('#def-target'),
+      args: json('#def-args', 'args', []),
+      kwargs: json('#def-kwargs', 'kwargs', {}),
+      options: json('#def-options', 'options', {}),
+      target_options: json('#def-target-options', 'target options', {}),
+      enabled: $('#def-enabled').checked,
+      reason: text('#def-reason') || null,
+      start_at: text('#def-start-at') || null,
+      end_at: text('#def-end-at') || null,
+      description: $('#def-description').value,
+      owner: 'store',
+    };
+    if (text('#def-namespace')) body.namespace = text('#def-namespace');
+    return body;
+  }
+
+  function openEditor(mode, d = null) {
+    state.editor = { mode, job: d ? d.job : null, version: d ? d.version : 0 };
+    const form = $('#definition-form');
+    form.dataset.mode = mode;
+    if (d) Object.assign(form.dataset, { job: d.job, version: String(d.version) });
+    else { delete form.dataset.job; delete form.dataset.version; }
+    fillForm(d);
+    $('#def-name').readOnly = $('#def-namespace').readOnly = mode === 'edit';
+    $('#definition-title').textContent = mode === 'edit' ? `Edit ${d.job}` : 'New definition';
+    $('#definition-read').textContent = mode === 'edit'
+      ? `read at version ${d.version}: saving sends that version, and the store refuses the save if the definition changed since`
+      : 'every instance follows a saved definition within one heartbeat';
+    clearFormError();
+    $('#definition-editor').hidden = false;
+    renderDefinitions();
+    $('#definition-editor').scrollIntoView({ block: 'nearest' });
+    $(mode === 'edit' ? '#def-kind' : '#def-name').focus();
+  }
+
+  function closeEditor() {
+    state.editor = null;
+    $('#definition-editor').hidden = true;
+    clearFormError();
+    renderDefinitions();
+  }
+
+  /** Read a definition afresh (GET api/definitions/{job}) and open it in the form. */
+  async function openEdit(job) {
+    try {
+      openEditor('edit', await api(`api/definitions/${encodeURIComponent(job)}`, { interactive: true }));
+    } catch (err) {
+      showActionStatus('error', `Could not read ${job}: ${err.message}`);
+    }
+  }
+
+  async function saveDefinition(ev) {
+    ev.preventDefault();
+    const ed = state.editor;
+    if (!ed) return;
+    let body;
+    try {
+      body = readForm();
+    } catch (err) {
+      formError(err.message);
+      return;
+    }
+    let path = 'api/definitions';
+    if (ed.mode === 'edit') {
+      path = `api/definitions/${encodeURIComponent(ed.job)}`;
+      body.version = ed.version;
+    }
+    const save = $('#definition-save');
+    save.disabled = true;
+    clearFormError();
+    try {
+      const res = await api(path, { method: 'POST', body, interactive: true });
+      if (state.editor === ed) closeEditor();
+      showActionStatus('ok', `${ed.mode === 'edit' ? 'Saved' : 'Created'} ${res.job}: version ${res.version}; `
+        + 'every instance follows within one heartbeat.');
+    } catch (err) {
+      if (state.editor !== ed) return; // the form was closed or reopened meanwhile
+      const error = (err.data && err.data.error) || err.message;
+      if (err.status === 409 && ed.mode === 'edit') {
+        const held = err.data && err.data.current ? `version ${err.data.current}` : 'no definition (it was removed)';
+        formError(`${ed.job} ${DEF_STALE}. You opened version ${ed.version}; the store holds ${held}. `
+          + 'Your changes are still in the form.', '409',
+        h('button', { type: 'button', class: 'btn btn-small', id: 'definition-reload', title: 'Drops the changes in the form' },
+          'Reload'));
+      } else if (err.status === 400) {
+        formError(`Refused: ${error}`, '400');
+      } else {
+        formError(`Not saved: ${err.message}`, String(err.status));
+      }
+    } finally {
+      save.disabled = false;
+      refresh();
+    }
+  }
+
+  /** The body that stores a listed definition again (its fields, namespace and version). */
+  function definitionBody(d) {
+    const { job, target_held: held, next_slots: next, namespace, ...fields } = d;
+    return namespace == null ? fields : { ...fields, namespace };
+  }
+
+  async function definitionAction(btn) {
+    const { defAction: act, job } = btn.dataset;
+    if (act === 'edit') { openEdit(job); return; }
+    const d = state.defs && state.defs.definitions.find((x) => x.job === job);
+    if (!d) return;
+    let path = `api/definitions/${encodeURIComponent(job)}`;
+    let body;
+    if (act === 'remove') {
+      if (!window.confirm(`Remove the definition ${job} (version ${d.version})? Its slots stop at once on every instance.`)) return;
+      path += '/remove';
+      body = { version: d.version };
+    } else {
+      let reason = null;
+      if (act === 'disable') {
+        reason = window.prompt(`Disable ${job}: it runs nowhere until enabled again. Why? (shown beside it; optional)`, '');
+        if (reason === null) return;
+        reason = reason.trim() || null;
+      }
+      body = { ...definitionBody(d), enabled: act === 'enable', reason };
+    }
+    btn.disabled = true;
+    showActionStatus('pending', `${DEF_VERBS[act]} ${job}…`);
+    try {
+      const res = await api(path, { method: 'POST', body, interactive: true });
+      showActionStatus('ok', act === 'remove'
+        ? `Removed ${job}: its slots stop at once on every instance.`
+        : `${act === 'enable' ? 'Enabled' : 'Disabled'} ${job}: version ${res.version}.`);
+    } catch (err) {
+      const held = err.data && err.data.current ? `version ${err.data.current}` : 'no definition';
+      showActionStatus('error', err.status === 409
+        ? `${DEF_VERBS[act]} ${job} refused: it changed since the page read version ${d.version} (the store holds ${held}); `
+          + 'the list is reloaded: redo it.'
+        : `${DEF_VERBS[act]} ${job} failed: ${err.message}`);
+    } finally {
+      btn.disabled = false;
+      refresh();
+    }
+  }
+
   async function loadHealth() {
     try {
       renderHealth(await api('api/health'));
@@ -649,9 +988,10 @@
     for (const tab of document.querySelectorAll('#tabs [data-view]')) {
       tab.setAttribute('aria-selected', String(tab.dataset.view === view));
     }
-    for (const v of ['jobs', 'runs', 'instances']) $(`#view-${v}`).hidden = v !== view;
+    for (const v of ['jobs', 'runs', 'instances', 'definitions']) $(`#view-${v}`).hidden = v !== view;
     saveHash();
     if (view === 'runs') guarded('api/runs', () => loadRuns(false)).then(renderBanner);
+    if (view === 'definitions') guarded('api/definitions', loadDefinitions).then(renderBanner);
   }
 
   /** The fragment keeps the view and the open job (never the token) for reloads and links. */
@@ -678,6 +1018,10 @@
       else state.errors.delete('api/runs (timeline)');
       if (state.view === 'runs') tasks.push(guarded('api/runs', () => loadRuns(false)));
       else state.errors.delete('api/runs');
+      // Definitions: polled while their tab is open, and read once at start for its count.
+      if (state.view === 'definitions' || (state.defs === null && state.noDefinitions == null)) {
+        tasks.push(guarded('api/definitions', loadDefinitions));
+      } else state.errors.delete('api/definitions');
       await Promise.all(tasks);
       if (!state.errors.size) {
         state.lastOk = Date.now();
@@ -707,6 +1051,9 @@
       if (!t) return;
       const act = t.closest('button[data-action]');
       if (act) { runAction(act); return; }
+      const dact = t.closest('button[data-def-action]');
+      if (dact) { definitionAction(dact); return; }
+      if (t.closest('#definition-reload')) { if (state.editor) openEdit(state.editor.job); return; }
       const tab = t.closest('#tabs [data-view]');
       if (tab) { setView(tab.dataset.view); return; }
       const cell = t.closest('#timeline-strip .cell');
@@ -730,6 +1077,10 @@
       setView('runs');
     });
     $('#refresh').addEventListener('click', refresh);
+    $('#definition-new').addEventListener('click', () => openEditor('create'));
+    $('#definition-cancel').addEventListener('click', closeEditor);
+    $('#definition-form').addEventListener('submit', saveDefinition);
+    $('#def-kind').addEventListener('change', showKind);
     $('#window').addEventListener('change', () => {
       state.window = $('#window').value;
       sessionStorage.setItem('anarchon-window', state.window);
@@ -750,7 +1101,7 @@
     document.addEventListener('visibilitychange', () => { if (!document.hidden) refresh(); });
 
     const view = params.get('view');
-    if (view === 'runs' || view === 'instances') setView(view);
+    if (view === 'runs' || view === 'instances' || view === 'definitions') setView(view);
     if (params.get('job')) openJob(params.get('job'));
     saveHash(); // drops the token from the visible URL
     refresh();
