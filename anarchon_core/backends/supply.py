@@ -7,10 +7,18 @@ reconnects and its migrations, gives the store one of its own instead: a
 :meth:`ConnectionSupply.run`, on the supply's one thread, and never opens, closes or
 lays out the database (the host's migrations create the tables). Its decisions are
 the same statements either way, so the contract holds unchanged.
+
+The tables a host's migrations create are the core's own, one schema per vendor:
+:func:`layout` gives the core's statements that make them (the SQLite store's, the
+PostgreSQL store's, and MySQL's of :mod:`anarchon_core.backends.mysql_layout`), with
+one addition, a surrogate ``id`` primary key on every table for the host's admin (the
+core's keys become unique constraints, which is all its ``ON CONFLICT`` clauses need;
+no statement reads ``id``). The core's own stores lay out their tables without it.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
@@ -18,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 from ..backend import SCHEMA_VERSION
 from ..errors import BackendError, ConfigurationError, SchemaVersionError
 
-__all__ = ["TABLES", "ConnectionSupply", "check_layout"]
+__all__ = ["TABLES", "ConnectionSupply", "check_layout", "layout"]
 
 C = TypeVar("C", covariant=True)
 T = TypeVar("T")
@@ -57,6 +65,38 @@ TABLES = (
     "anarchon_jobs",
     "anarchon_instances",
 )
+
+
+def layout(vendor: str, *, schema: str = "public", mariadb: bool = False) -> list[str]:
+    """The statements that create the store's tables for a host, on ``vendor``
+    (Django's names: ``sqlite``, ``postgresql``, ``mysql``): the core's layout of that
+    database with the surrogate ``id`` key. Idempotent: on tables that exist they add
+    what a newer layout has (indexes, columns) and change nothing else.
+
+    ``schema``: PostgreSQL's, where the tables go (the connection's ``current_schema()``;
+    the PostgreSQL functions are not among them: the store creates them at open, named
+    after a digest of their text). ``mariadb``: on ``mysql``, a MariaDB server (the
+    binary collation of its key columns is named otherwise than MySQL's).
+
+    :raises ConfigurationError: a vendor with no layout in the core.
+    """
+    if vendor == "sqlite":
+        from .sqlite._sql import layout as sqlite_layout
+
+        return [textwrap.dedent(text).strip() for text in sqlite_layout(surrogate_key=True)]
+    if vendor == "postgresql":
+        from .postgres._sql import Statements  # needs psycopg 3, as the store does
+
+        statements = Statements(schema, "anarchon_", surrogate_key=True)
+        # One statement each (a host may prepare them: no multiple commands then); the
+        # layout's text holds no ';' but between its statements.
+        tables = [text.strip() for text in statements.create_tables.split(";\n")]
+        return [statements.create_meta.strip(), *tables]
+    if vendor == "mysql":
+        from .mysql_layout import layout as mysql_layout
+
+        return mysql_layout(mariadb=mariadb)
+    raise ConfigurationError(f"the core has no layout of its tables on {vendor!r}")
 
 
 def check_layout(

@@ -10,12 +10,17 @@ As in ``tests/backends``, there is no pytest-asyncio: ``async def`` tests run on
 suite's plugin, ``anarchon_core.conformance.plugin``, imported here). The backend runs
 its statements on a thread of its own with its own connection, so its tests need
 ``transactional_db`` (what it writes is committed, and flushed after the test).
+
+The store's tables are the core's, mapped by models with ``managed = False``, which
+Django's flush (the end of a ``transactional_db`` test) leaves alone: ``clear_store``
+empties them after every such test, as the flush did when the models were managed.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from services import require_mysql
@@ -38,6 +43,25 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
             settings["USER"],
             settings["PASSWORD"],
         )
+
+
+@pytest.fixture(autouse=True)
+def clear_store(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
+    """After a test whose writes were committed, empty the store's tables."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    committed = {"transactional_db", "live_server"} & set(request.fixturenames) or (
+        marker is not None and marker.kwargs.get("transaction")
+    )
+    if not committed:
+        return
+    from django.db import connection
+
+    from anarchon_core.backends.supply import TABLES
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"DELETE FROM {connection.ops.quote_name(table)}")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ connection (outer ``atomic`` blocks, dropped connections), the CLI through the
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ from anarchon_core.backend import ClaimRequest, Lease
 from anarchon_core.backends import backend_from_url
 from anarchon_core.errors import BackendError, ConfigurationError, SchemaVersionError
 from anarchon_core.records import Origin, Outcome, Status
+from anarchon_django import _schema as schema
 from anarchon_django.backend import DjangoBackend
 from anarchon_django.models import HistoryRecord, Job, Run, StoreMeta
 
@@ -117,18 +117,16 @@ def test_a_newer_schema_version_is_refused(transactional_db: None, runner: async
 
 
 def test_missing_tables_ask_for_migrate(transactional_db: None, runner: asyncio.Runner) -> None:
-    with connection.schema_editor() as editor:
-        editor.delete_model(Job)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE anarchon_jobs")
     try:
         with pytest.raises(ConfigurationError, match=r"anarchon_jobs.*manage\.py migrate"):
             runner.run(DjangoBackend().open())
     finally:
-        with connection.schema_editor() as editor:
-            editor.create_model(Job)
-            # As the migrations leave it (the key columns' collation on PostgreSQL).
-            importlib.import_module("anarchon_django.migrations.0003_exact_key_collation").exact(
-                None, editor
-            )
+        # As the migrations leave it: the core's layout (idempotent: only the table is made).
+        with connection.cursor() as cursor:
+            for text in schema.statements(connection):
+                cursor.execute(text)
 
 
 # -- the backend's own thread and connection -----------------------------------------------

@@ -35,10 +35,12 @@ from anarchon_django.backend import _secret_urls  # noqa: E402
 ON_MYSQL = os.environ.get("ANARCHON_TEST_DJANGO_DB") == "mysql"
 
 #: Names of the core's SQL module that are no statement the ORM store sends: the layout
-#: and its version are the migrations' and the backend's open; two states; the history
-#: fragments are sent joined (:func:`history_statements`).
+#: (MySQL's own: ``anarchon_core.backends.mysql_layout``) and its version are the
+#: migrations' and the backend's open; two states; the history fragments are sent joined
+#: (:func:`history_statements`).
 NOT_SENT = {
     "META_TABLE",
+    "SURROGATE_KEY",
     "GET_VERSION",
     "SET_VERSION",
     "WAITING",

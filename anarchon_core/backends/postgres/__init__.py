@@ -37,6 +37,7 @@ from ...redact import brief_url, redact_text, redact_url
 from ._conninfo import connection_kwargs, parse_conninfo, split_url
 from ._contract import Params, PostgresContract
 from ._sql import (
+    FILL_FACTORS,
     PREFIX_MAX,
     SCHEMA_MAX,
     Statements,
@@ -44,7 +45,7 @@ from ._sql import (
 )
 from ._supplied import SuppliedPostgresBackend
 
-__all__ = ["PostgresBackend", "SuppliedPostgresBackend"]
+__all__ = ["FILL_FACTORS", "PostgresBackend", "SuppliedPostgresBackend"]
 
 logger = logging.getLogger("anarchon.backends.postgres")
 

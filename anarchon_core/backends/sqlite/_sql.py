@@ -16,20 +16,38 @@ PENDING = "pending"
 
 _TERMINAL = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
-META_TABLE = """
-CREATE TABLE IF NOT EXISTS anarchon_meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-)
-"""
+#: A host's layout (:func:`layout` with ``surrogate_key``) begins every table with this
+#: column: the Django admin cannot show a row of a composite key. As Django declares it,
+#: so that tables its former migrations made are the same. No statement reads it.
+SURROGATE_KEY = "id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT"
+
+
+def _table(name: str, columns: str, key: str, *, surrogate_key: bool) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of one table of the layout: ``columns``, keyed by
+    ``key``, its primary key; with ``surrogate_key``, ``id`` is the primary key and
+    ``key`` the unique constraint ``<name>_key`` (the core's statements need only that
+    the key is unique: their ``ON CONFLICT`` clauses name its columns).
+    """
+    if surrogate_key:
+        head, tail = f"{SURROGATE_KEY},\n        ", f"CONSTRAINT {name}_key UNIQUE ({key})"
+    else:
+        head, tail = "", f"PRIMARY KEY ({key})"
+    return f"""
+    CREATE TABLE IF NOT EXISTS {name} (
+        {head}{columns},
+        {tail}
+    )
+    """
+
+
+# Facts about the store: its schema_version, and the counter of definition changes.
+_META = """key   TEXT NOT NULL,
+        value TEXT NOT NULL"""
 
 # The run of (job, slot): the row every instance contends for. ``state`` is
 # 'pending' (a manual request), 'running', 'waiting' or the terminal status the run
 # ended with. A manual run has no schedule, so its ``fingerprint`` holds who asked.
-SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS anarchon_runs (
-        job           TEXT    NOT NULL,
+_RUNS = """job           TEXT    NOT NULL,
         slot          INTEGER NOT NULL,
         origin        TEXT    NOT NULL,
         state         TEXT    NOT NULL,
@@ -37,23 +55,9 @@ SCHEMA = (
         token         TEXT,
         lease_expires INTEGER NOT NULL DEFAULT 0,
         retry_at      INTEGER NOT NULL DEFAULT 0,
-        fingerprint   TEXT    NOT NULL DEFAULT '',
-        PRIMARY KEY (job, slot)
-    )
-    """,
-    # The live-run check (state 'running', job, lease_expires > now) is a range scan
-    # of this index, and due_runs reads the open runs of every job through its
-    # leading state column without naming the jobs.
-    """
-    CREATE INDEX IF NOT EXISTS anarchon_runs_open
-        ON anarchon_runs (state, job, lease_expires)
-    """,
-    # Its predecessor (job, state, lease_expires) in files written before: it serves
-    # nothing the index above does not, and every index costs each claim a write.
-    "DROP INDEX IF EXISTS anarchon_runs_state",
-    """
-    CREATE TABLE IF NOT EXISTS anarchon_attempts (
-        job         TEXT    NOT NULL,
+        fingerprint   TEXT    NOT NULL DEFAULT ''"""
+
+_ATTEMPTS = """job         TEXT    NOT NULL,
         slot        INTEGER NOT NULL,
         attempt     INTEGER NOT NULL,
         origin      TEXT    NOT NULL,
@@ -63,47 +67,74 @@ SCHEMA = (
         started_at  INTEGER,
         finished_at INTEGER,
         error       TEXT,
-        meta        TEXT    NOT NULL DEFAULT '{}',
-        PRIMARY KEY (job, slot, attempt)
-    )
-    """,
-    # History across jobs in its order, (slot, job, attempt) descending: a page is one
-    # index range from its cursor, with no sort. Per job the primary key, read
-    # backwards, serves the order.
+        meta        TEXT    NOT NULL DEFAULT '{}'"""
+
+# A job's state shared by every instance: its pause flag and its stored definition.
+# ``version`` is the store's definitions counter when the definition last changed
+# (NULL: never defined here); ``definition`` its JSON text (NULL with a version: a
+# removal, kept so that definitions_since reports it).
+_JOBS = """job        TEXT    NOT NULL,
+        paused     INTEGER NOT NULL DEFAULT 0,
+        version    INTEGER,
+        definition TEXT"""
+
+# The instance registry: ``info`` is InstanceInfo as JSON; a row whose expiry has
+# passed is a dead instance (read as absent, deleted by the next register).
+_INSTANCES = """instance_id TEXT    NOT NULL,
+        info        TEXT    NOT NULL,
+        last_seen   INTEGER NOT NULL,
+        expires_at  INTEGER NOT NULL"""
+
+
+def layout(*, surrogate_key: bool = False) -> tuple[str, ...]:
+    """The layout's statements, idempotent: the meta table first, then the others.
+
+    The store runs them on its own file at open (:data:`META_TABLE`, :data:`SCHEMA`);
+    a host's migrations run them with ``surrogate_key`` (``anarchon_django``: the one
+    schema of both, see :func:`anarchon_core.backends.supply.layout`).
     """
+
+    def table(name: str, columns: str, key: str) -> str:
+        return _table(name, columns, key, surrogate_key=surrogate_key)
+
+    return (
+        table("anarchon_meta", _META, "key"),
+        table("anarchon_runs", _RUNS, "job, slot"),
+        # The live-run check (state 'running', job, lease_expires > now) is a range scan
+        # of this index, and due_runs reads the open runs of every job through its
+        # leading state column without naming the jobs.
+        """
+    CREATE INDEX IF NOT EXISTS anarchon_runs_open
+        ON anarchon_runs (state, job, lease_expires)
+    """,
+        # Its predecessor (job, state, lease_expires) in files written before: it serves
+        # nothing the index above does not, and every index costs each claim a write.
+        "DROP INDEX IF EXISTS anarchon_runs_state",
+        table("anarchon_attempts", _ATTEMPTS, "job, slot, attempt"),
+        # History across jobs in its order, (slot, job, attempt) descending: a page is
+        # one index range from its cursor, with no sort. Per job the key, read
+        # backwards, serves the order.
+        """
     CREATE INDEX IF NOT EXISTS anarchon_attempts_history
         ON anarchon_attempts (slot DESC, job DESC, attempt DESC)
     """,
-    """
+        """
     CREATE INDEX IF NOT EXISTS anarchon_attempts_status_history
         ON anarchon_attempts (status, slot DESC, job DESC, attempt DESC)
     """,
-    # Their predecessors, of a former order (job ascending), in files written before.
-    "DROP INDEX IF EXISTS anarchon_attempts_slot",
-    "DROP INDEX IF EXISTS anarchon_attempts_status",
-    # A job's state shared by every instance: its pause flag and its stored definition.
-    # ``version`` is the store's definitions counter when the definition last changed
-    # (NULL: never defined here); ``definition`` its JSON text (NULL with a version: a
-    # removal, kept so that definitions_since reports it).
-    """
-    CREATE TABLE IF NOT EXISTS anarchon_jobs (
-        job        TEXT PRIMARY KEY,
-        paused     INTEGER NOT NULL DEFAULT 0,
-        version    INTEGER,
-        definition TEXT
+        # Their predecessors, of a former order (job ascending), in files written before.
+        "DROP INDEX IF EXISTS anarchon_attempts_slot",
+        "DROP INDEX IF EXISTS anarchon_attempts_status",
+        table("anarchon_jobs", _JOBS, "job"),
+        table("anarchon_instances", _INSTANCES, "instance_id"),
     )
-    """,
-    # The instance registry: ``info`` is InstanceInfo as JSON; a row whose expiry has
-    # passed is a dead instance (read as absent, deleted by the next register).
-    """
-    CREATE TABLE IF NOT EXISTS anarchon_instances (
-        instance_id TEXT    PRIMARY KEY,
-        info        TEXT    NOT NULL,
-        last_seen   INTEGER NOT NULL,
-        expires_at  INTEGER NOT NULL
-    )
-    """,
-)
+
+
+#: The store's own layout: its meta table (created first, to read the version), then
+#: the rest. Files of an earlier layout keep their tables (``IF NOT EXISTS``) and get
+#: the columns of :data:`ADDED_COLUMNS`.
+META_TABLE, *_REST = layout()
+SCHEMA = tuple(_REST)
 
 #: Columns added to a table of the layout after its first release, as (table, column,
 #: declaration): a file of an earlier layout gets those it lacks when it is opened
