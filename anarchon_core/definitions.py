@@ -83,6 +83,7 @@ DEFINITION_KEYS = frozenset(
         "start_at",
         "end_at",
         "description",
+        "keep",
         "owner",
         "target_options",
         "version",
@@ -158,6 +159,9 @@ class Definition:
     end_at: int | None = None
     """The last instant a slot may have (epoch ms)."""
     description: str = ""
+    keep: bool = False
+    """A one-off (``at``) stays stored after it fired; else it is removed once its slot
+    is older than the history retention."""
     owner: Owner = "store"
     """``code``: synced from a scheduler's code jobs (read-only elsewhere); ``store``."""
     target_options: Mapping[str, Any] = field(default_factory=dict)
@@ -179,6 +183,7 @@ class Definition:
         start_at: Any = None,
         end_at: Any = None,
         description: str = "",
+        keep: bool = False,
         owner: str = "store",
         target_options: Mapping[str, Any] | None = None,
         version: int = 0,
@@ -208,8 +213,11 @@ class Definition:
             resolve_options(JobOptions(), options or {}, where)
         targets = _json_object(target_options or {}, f"{where}: target_options")
         _bounded(targets, MAX_TARGET_OPTIONS_BYTES, where, "target_options")
-        if not isinstance(enabled, bool):
-            raise ConfigurationError(f"{where}: enabled {brief(enabled)} is not valid: give a bool")
+        for flag, value in (("enabled", enabled), ("keep", keep)):
+            if not isinstance(value, bool):
+                raise ConfigurationError(
+                    f"{where}: {flag} {brief(value)} is not valid: give true or false"
+                )
         start = None if start_at is None else parse_instant_ms(start_at, what="start_at")
         end = None if end_at is None else parse_instant_ms(end_at, what="end_at")
         if start is not None and end is not None and end < start:
@@ -235,6 +243,7 @@ class Definition:
             start_at=start,
             end_at=end,
             description=_text(description, MAX_DESCRIPTION, where, "description") or "",
+            keep=keep,
             owner=owner,
             target_options=targets,
             version=version,
@@ -269,6 +278,7 @@ class Definition:
             start_at=data.get("start_at"),
             end_at=data.get("end_at"),
             description=data.get("description", ""),
+            keep=data.get("keep", False),
             owner=data.get("owner", "store"),
             target_options=data.get("target_options"),
             version=data.get("version", 0) if version is None else version,
@@ -288,6 +298,7 @@ class Definition:
             "start_at": None if self.start_at is None else format_instant_ms(self.start_at),
             "end_at": None if self.end_at is None else format_instant_ms(self.end_at),
             "description": self.description,
+            "keep": self.keep,
             "owner": self.owner,
             "target_options": dict(self.target_options),
             "version": self.version,

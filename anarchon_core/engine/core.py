@@ -358,6 +358,10 @@ class Engine:
                 deleted = await self.backend.prune(self.config.clock() - keep, jobs=mine)
                 if deleted:
                     self.log.info("pruned %d history record(s)", deleted)
+                if self.follower is not None and self.follower.kept:
+                    retired = await self.follower.retire_one_offs(self.config.clock() - keep)
+                    if retired:
+                        self.log.info("removed %d one-off definition(s) that fired", retired)
             except Exception as exc:
                 self.telemetry.store_error("prune")
                 self.log.warn("prune failed: %s", exc)

@@ -24,8 +24,9 @@ from collections.abc import Callable
 
 from ..backend import Backend, StoredDefinition
 from ..definitions import Definition
-from ..errors import CapabilityError, ConfigurationError
+from ..errors import CapabilityError, ConfigurationError, ConflictError
 from ..job import Job
+from ..schedules import At
 from .support import EngineConfig, EngineLog
 
 __all__ = ["Follower", "in_namespace"]
@@ -123,6 +124,34 @@ class Follower:
             except Exception as exc:
                 self.config.telemetry.store_error("definitions")
                 self.log.warn("could not read the stored job definitions: %s", exc)
+
+    async def retire_one_offs(self, older_than: int) -> int:
+        """Remove this namespace's store-owned one-offs whose slot is older than
+        ``older_than`` (epoch ms) and that are not marked ``keep``; returns how many.
+        Every instance may try: a removal made meanwhile by another is a conflict,
+        skipped."""
+        retired = 0
+        for change in await self.backend.definitions_since(0):
+            if change.body is None or in_namespace(change.job, self.namespace) is None:
+                continue
+            try:
+                definition = Definition.from_body(change.body, change.version)
+            except (ConfigurationError, ValueError):
+                continue
+            schedule = definition.schedule
+            if (
+                definition.owner != "store"
+                or definition.keep
+                or not isinstance(schedule, At)
+                or schedule.at_ms >= older_than
+            ):
+                continue
+            try:
+                await self.backend.write_definition(change.job, None, expected=change.version)
+            except ConflictError:
+                continue
+            retired += 1
+        return retired
 
     async def _read(self) -> None:
         changes = await self.backend.definitions_since(self.seen)

@@ -263,3 +263,25 @@ def test_the_background_scheduler_edits_definitions_from_synchronous_code(tmp_pa
     finally:
         background.stop()
     assert background.sync_code_jobs().created == []
+
+
+def test_one_offs_that_fired_are_removed_after_the_retention_unless_kept() -> None:
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+
+    async def main() -> list[str]:
+        (scheduler,) = cluster(store, recorder, n=1)
+        for name, at, keep in (("old", 1000, False), ("kept", 1000, True), ("new", 9000, False)):
+            await scheduler.add_definition(
+                Definition.create(name, At(BASE_MS + at), "reports.send", keep=keep)
+            )
+        await scheduler.add_definition(Definition.create("every", Every("1s"), "reports.send"))
+        await scheduler.start()
+        engine = scheduler._engine
+        assert engine is not None and engine.follower is not None
+        assert await engine.follower.retire_one_offs(BASE_MS + 5000) == 1
+        assert await engine.follower.retire_one_offs(BASE_MS + 5000) == 0
+        await scheduler.stop()
+        return [d.name for d in await scheduler.definitions()]
+
+    assert run_virtual(main) == ["every", "kept", "new"]
