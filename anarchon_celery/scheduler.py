@@ -21,7 +21,7 @@ import re
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
@@ -393,6 +393,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         entries = settings["entries"]
         problems += [
             f"anarchon_entries names {name!r}, which is not a beat_schedule entry; "
+            f"{_did_you_mean(name, self.schedule)}"
             f"entries: {', '.join(sorted(self.schedule)) or '(none)'}"
             for name in sorted(set(entries) - set(self.schedule))
         ]
@@ -499,3 +500,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             f"anarchon: store {mask_url(settings['backend'])}{local_note(store)}, namespace "
             f"{settings['namespace']!r}, {count} entr{'y' if count == 1 else 'ies'}"
         )
+
+
+def _did_you_mean(name: str, names: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""

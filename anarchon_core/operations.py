@@ -72,7 +72,8 @@ async def _check_known(backend: Backend, job: str) -> None:
     paused = await backend.paused_jobs()
     if job in paused or await backend.history(HistoryQuery(job=job, limit=1)):
         return
-    close = difflib.get_close_matches(job, sorted(names | paused), n=1)
+    recent = {record.job for record in await backend.history(HistoryQuery(limit=1000))}
+    close = difflib.get_close_matches(job, sorted(names | paused | recent), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise UnknownJobError(
         f"job {job!r} is unknown: no live instance has it, it has no history and it is not "

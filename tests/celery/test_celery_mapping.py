@@ -311,11 +311,11 @@ def test_every_configuration_problem_is_reported_at_once(make_scheduler):
         make_scheduler(
             {"sync": entry(30), "bad": entry(_solar())},
             anarchon_jiter_ms=5,
-            anarchon_entries={"nosuch": {}, "sync": {"jitter": 3}},
+            anarchon_entries={"synk": {}, "sync": {"jitter": 3}},
         )
     text = str(raised.value)
     assert text.startswith("4 problems in the anarchon configuration:")
     assert "did you mean 'anarchon_jitter_ms'" in text
-    assert "'nosuch', which is not a beat_schedule entry" in text
+    assert "'synk', which is not a beat_schedule entry; did you mean 'sync'?" in text
     assert "unknown key 'jitter'; did you mean 'jitter_ms'" in text
     assert "beat entry 'bad': solar schedules are not supported" in text

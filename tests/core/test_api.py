@@ -342,6 +342,8 @@ def test_an_unknown_job_is_refused_with_a_did_you_mean_unless_forced() -> None:
     assert call(endpoints, "POST", "jobs/later/resume")[0] == 200  # paused: known
     run(c.run("ran-once", START))  # a job with history is known, deployed or not
     assert call(endpoints, "POST", "jobs/ran-once/pause")[0] == 200
+    status, body = call(endpoints, "POST", "jobs/ran-onse/pause")  # its near miss
+    assert status == 409 and "did you mean 'ran-once'" in body["error"]
 
 
 @pytest.mark.parametrize(

@@ -305,7 +305,7 @@
       : muted('—'));
     const lastCell = td('Last run', last
       ? h('div', { class: 'last' },
-        badge(last.status, [last.instance_id, last.error].filter(Boolean).join(' — ') || null),
+        badge(last.status, [last.instance_id, last.error_summary || last.error].filter(Boolean).join(' — ') || null),
         ' ', timeEl(last.scheduled_at, last.slot),
         last.attempt > 1 ? h('span', { class: 'muted small' }, ` attempt ${last.attempt}`) : null)
       : muted('never'));
