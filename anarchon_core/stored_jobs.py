@@ -61,14 +61,7 @@ async def definitions(backend: Backend, namespace: str | None) -> list[Definitio
 
 async def get_definition(backend: Backend, name: str, namespace: str | None) -> Definition | None:
     """The stored definition ``name`` of ``namespace``, or ``None``."""
-    key = _key(name, namespace)
-    found = None
-    for stored in await backend.definitions_since(0):
-        if stored.job == key:
-            found = stored
-    if found is None or found.body is None:
-        return None
-    return Definition.from_body(found.body, found.version)
+    return await _latest_definition(backend, _key(name, namespace))
 
 
 async def add_definition(
@@ -76,9 +69,9 @@ async def add_definition(
 ) -> Definition:
     """Store a new definition; returns it with the version the store issued.
 
-    :raises ConflictError: a definition of that name exists (a code job's included).
-    :raises ConfigurationError: a live instance runs a code job of that name: a stored
-        definition never shadows a code job.
+    :raises ConflictError: a definition of that name exists.
+    :raises ConfigurationError: it would shadow a code job: the stored definition of that
+        name is a code job's, or a live instance runs a code job of that name.
     """
     if definition.owner != "store":
         raise ConfigurationError(
@@ -157,18 +150,48 @@ def _stale(key: str, version: int, exc: ConflictError) -> ConflictError:
 
 
 async def _refuse_shadowing(backend: Backend, key: str) -> None:
-    """Refuse a name that a live instance runs as a code job."""
+    """Refuse a name that is a code job's: its stored definition is owned by ``code``, or
+    a live instance lists a job of that name that the store keeps no definition of.
+
+    A registry entry lists each job's name and fingerprint only, so the stored
+    definitions tell a code job from a stored one: an instance runs a stored job only
+    while its definition is in the store (it stops at its removal), so a listed name
+    whose stored definition is missing, or owned by ``code``, is a code job. (A
+    definition removed less than a heartbeat ago may still be listed by an instance that
+    has not followed the removal yet: adding it again is refused until it has.)
+    """
+    try:
+        stored = await _latest_definition(backend, key)
+    except CapabilityError:  # a store that keeps no definitions: every listed job is code
+        stored = None
+    if stored is not None and stored.owner == "code":
+        raise ConfigurationError(
+            f"definition {key!r} would shadow the code job of that name (its stored copy, "
+            "owner 'code'): a stored definition never does; choose another name"
+        )
+    if stored is not None:
+        return  # a stored job: the write answers that it exists
     try:
         live = await backend.instances()
     except CapabilityError:  # no registry: the store cannot say
         return
     for info in live:
-        spec = info.jobs.get(key)
-        if spec is not None and spec.get("version") is None:
+        if key in info.jobs:
             raise ConfigurationError(
                 f"definition {key!r} would shadow the code job of that name on instance "
                 f"{info.instance_id}: a stored definition never does; choose another name"
             )
+
+
+async def _latest_definition(backend: Backend, key: str) -> Definition | None:
+    """The stored definition of the store name ``key`` (``None``: none, or removed)."""
+    found = None
+    for stored in await backend.definitions_since(0):
+        if stored.job == key:
+            found = stored
+    if found is None or found.body is None:
+        return None
+    return Definition.from_body(found.body, found.version)
 
 
 def bind_target(
@@ -201,12 +224,34 @@ class SyncReport:
     replaced: list[str] = field(default_factory=list)
     """Store-owned definitions that a code job of the same name took over."""
     not_storable: list[str] = field(default_factory=list)
-    """Code jobs whose schedule is not an Every or a Cron (a custom schedule)."""
+    """Code jobs whose schedule is not an Every or a Cron (a custom schedule), or whose
+    name holds ``:``: the dashboards show them without a schedule."""
+    kept: list[str] = field(default_factory=list)
+    """Code-owned definitions of jobs this code does not have that a live instance still
+    lists (another service in the namespace, or replicas of another deploy): kept."""
+    raced: list[str] = field(default_factory=list)
+    """Definitions another replica wrote while this one synced: left as it wrote them
+    (identical replicas write the same)."""
+
+    def changes(self) -> str:
+        """What the sync changed in the store, as one line ('' for nothing)."""
+        parts = [
+            f"{what} {', '.join(names)}"
+            for what, names in (
+                ("created", self.created),
+                ("updated", self.updated),
+                ("replaced", self.replaced),
+                ("removed", self.removed),
+            )
+            if names
+        ]
+        return "; ".join(parts)
 
 
 def code_definition(job: Job) -> Definition | None:
-    """The ``owner='code'`` definition of a code job (``None``: a custom schedule)."""
-    if not isinstance(job.schedule, (Every, Cron)):
+    """The ``owner='code'`` definition of a code job (``None``: not storable, a custom
+    schedule or a name that holds ``:``, which a definition's may not)."""
+    if not isinstance(job.schedule, (Every, Cron)) or ":" in job.name:
         return None
     source = _source(job.handler)
     return Definition.create(
@@ -223,34 +268,90 @@ async def sync_code_jobs(
     backend: Backend, jobs: Mapping[str, Job], namespace: str | None
 ) -> SyncReport:
     """Store every code job as an ``owner='code'`` definition, so that dashboards show and
-    pause them, and remove the code-owned definitions whose job left the code.
+    pause them, and remove the code-owned definitions whose job left the code (those that
+    no live instance lists: another service's code jobs in the namespace stay). Only a
+    definition whose content differs is written.
 
     A code job takes its name over from a store-owned definition (a code job always
     runs; the definition would be ignored). Replicas of two code versions that both
-    sync (a rolling deploy) undo each other's removals until the deploy completes.
+    sync (a rolling deploy) write each their own version of a changed job: the last
+    start's stands.
+    Identical replicas that start together race on the same writes: a write refused
+    with :class:`ConflictError` means another replica wrote it; the definitions are read
+    again once and the sync goes on from what they hold, and a later refusal is
+    accepted as the other replica's write (:attr:`SyncReport.raced`).
+
+    :raises CapabilityError: the store keeps no definitions.
     """
     report = SyncReport()
-    stored = {d.name: d for d in await definitions(backend, namespace)}
+    sync = _Sync(backend, namespace, {d.name: d for d in await definitions(backend, namespace)})
     for name, job in sorted(jobs.items()):
         wanted = code_definition(job)
         if wanted is None:
             report.not_storable.append(name)
             continue
-        have = stored.get(name)
-        key = _key(name, namespace)
-        if have is None:
-            await backend.write_definition(key, wanted.body(), expected=0)
-            report.created.append(name)
-        elif have.owner == "code" and have.same_content(wanted):
-            report.unchanged.append(name)
-        else:
-            await backend.write_definition(key, wanted.body(), expected=have.version)
-            (report.updated if have.owner == "code" else report.replaced).append(name)
-    for name, have in sorted(stored.items()):
-        if have.owner == "code" and name not in jobs:
-            await backend.write_definition(_key(name, namespace), None, expected=have.version)
-            report.removed.append(name)
+        verdict = await sync.put(name, wanted)
+        getattr(report, verdict).append(name)
+    listed = await _listed(backend)
+    for name, have in sorted(sync.stored.items()):
+        if have.owner != "code" or name in jobs:
+            continue
+        if _key(name, namespace) in listed:
+            report.kept.append(name)  # another live instance runs it (another service)
+            continue
+        verdict = await sync.put(name, None)
+        if verdict != "unchanged":
+            getattr(report, verdict).append(name)
     return report
+
+
+async def _listed(backend: Backend) -> set[str]:
+    """The store names the live instances list (none where the store has no registry)."""
+    try:
+        live = await backend.instances()
+    except CapabilityError:
+        return set()
+    return {name for info in live for name in info.jobs}
+
+
+class _Sync:
+    """The writes of one :func:`sync_code_jobs`, re-reading the store once on a conflict."""
+
+    def __init__(
+        self, backend: Backend, namespace: str | None, stored: dict[str, Definition]
+    ) -> None:
+        self.backend = backend
+        self.namespace = namespace
+        self.stored = stored
+        self.reread = False
+
+    async def put(self, name: str, wanted: Definition | None) -> str:
+        """Make ``name`` hold ``wanted`` (``None``: a code-owned one removed); the
+        :class:`SyncReport` list it goes to."""
+        while True:
+            have = self.stored.get(name)
+            if wanted is None:
+                if have is None or have.owner != "code":
+                    return "unchanged"  # removed (or taken over) by another writer
+                body, verdict = None, "removed"
+            elif have is None:
+                body, verdict = wanted.body(), "created"
+            elif have.owner == "code" and have.same_content(wanted):
+                return "unchanged"
+            else:
+                body, verdict = wanted.body(), "updated" if have.owner == "code" else "replaced"
+            try:
+                await self.backend.write_definition(
+                    _key(name, self.namespace), body, expected=0 if have is None else have.version
+                )
+            except ConflictError:
+                if self.reread:
+                    return "raced"
+                self.reread = True  # another replica syncs too: read what it wrote, once
+                latest = await definitions(self.backend, self.namespace)
+                self.stored = {d.name: d for d in latest}
+                continue
+            return verdict
 
 
 def _options(options: JobOptions) -> dict[str, Any]:
