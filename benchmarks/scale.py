@@ -33,9 +33,9 @@ Three sections:
 
 3. **Arithmetic** for 1,000 replicas x 100,000 jobs ``every("1m")``: claims per second
    with k candidates against every instance claiming, and the registry traffic (each
-   instance registers its ``InstanceInfo`` with every job's spec and, with k set, reads
-   every instance's every heartbeat), from one InstanceInfo measured with
-   ``anarchon_core.backend.instance_json``.
+   instance registers its ``InstanceInfo``, which lists each job's store name and
+   fingerprint, and, with k set, reads every instance's every heartbeat), from one
+   InstanceInfo measured with ``anarchon_core.backend.instance_json``.
 
 Run: ``python -m benchmarks scale`` (defaults, about 4-5 minutes), or with options
 ``python -m benchmarks.scale --procs 2,8,32 --every 1s,1s,10s --jobs 1000
@@ -518,9 +518,11 @@ def role_cost_us(instances: int, k: int = 2, calls: int = 20_000) -> float:
 
 # -- the arithmetic --------------------------------------------------------------------
 def registry_figures(jobs: int) -> dict[str, float]:
-    """Bytes, encode and decode time and decoded memory of one InstanceInfo with ``jobs``."""
+    """Bytes, encode and decode time and decoded memory of one InstanceInfo with ``jobs``,
+    as an engine builds it (each job's store name and fingerprint)."""
     from anarchon_core import Scheduler
     from anarchon_core.backend import InstanceInfo, instance_json
+    from anarchon_core.engine.registry import job_digest
 
     scheduler = Scheduler("memory://")
 
@@ -529,7 +531,6 @@ def registry_figures(jobs: int) -> dict[str, float]:
 
     for name in job_names(jobs):
         scheduler.every(name, f"{ARITH_INTERVAL_S}s", handler)
-    specs = {name: job.spec() for name, job in scheduler._jobs.items()}
     info = InstanceInfo(
         instance_id="host-0123:12345:abcdef",
         host="host-0123",
@@ -537,7 +538,7 @@ def registry_figures(jobs: int) -> dict[str, float]:
         version="0.0.0",
         started_at=_wall_ms(),
         last_seen=_wall_ms(),
-        jobs=specs,
+        jobs=job_digest(scheduler.jobs.values()),
     )
     t0 = time.perf_counter()
     text = instance_json(info)
@@ -689,14 +690,15 @@ def arithmetic(
             f"{period:g} s: 1/{checks} of the above, still O(replicas^2 x jobs)",
         ),
         (
-            "the same registry without the jobs dicts",
+            "the same registry without the job digests",
             f"{replicas:,} x {empty:.0f} B = {replicas * empty / 1e3:,.0f} KB per read, "
             f"{reads_s * replicas * empty / 1e6:,.0f} MB/s for the cluster",
         ),
     ]
     print_table(
         f"registry: every instance registers every {HEARTBEAT_MS / 1000:g} s and, with "
-        f"candidates set, reads every live instance's InstanceInfo (all its jobs' specs)",
+        f"candidates set, reads every live instance's InstanceInfo (each job's name and "
+        f"fingerprint)",
         ("", "figure"),
         reg_rows,
     )
@@ -1047,7 +1049,7 @@ def summary(
     per_job = reg["bytes_per_job"]
     print(
         f"- the limit at 1,000 replicas x 100,000 jobs is the registry, not the claims: "
-        f"each InstanceInfo carries every job's spec ({per_job:.0f} B/job, "
+        f"each InstanceInfo lists every job's name and fingerprint ({per_job:.0f} B/job, "
         f"{(reg['bytes_empty'] + per_job * ARITH_JOBS) / 1e6:.1f} MB), and every instance reads "
         f"all of them every heartbeat: O(replicas^2 x jobs) bytes per "
         f"{HEARTBEAT_MS / 1000:g} s"
