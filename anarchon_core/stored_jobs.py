@@ -13,11 +13,12 @@ stale one with :class:`~anarchon_core.errors.ConflictError` and writes nothing.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .backend import Backend
+from .backend import Backend, StoredDefinition
 from .definitions import Definition
 from .durations import format_duration_ms
 from .engine.definitions import in_namespace
@@ -230,8 +231,9 @@ class SyncReport:
     """Code-owned definitions of jobs this code does not have that a live instance still
     lists (another service in the namespace, or replicas of another deploy): kept."""
     raced: list[str] = field(default_factory=list)
-    """Definitions another replica wrote while this one synced: left as it wrote them
-    (identical replicas write the same)."""
+    """Code jobs left to another replica syncing at the same time: not stored yet when
+    this one read them again, or stored in another version (replicas of another
+    deploy, whose copy stands until a later start)."""
 
     def changes(self) -> str:
         """What the sync changed in the store, as one line ('' for nothing)."""
@@ -270,39 +272,105 @@ async def sync_code_jobs(
     """Store every code job as an ``owner='code'`` definition, so that dashboards show and
     pause them, and remove the code-owned definitions whose job left the code (those that
     no live instance lists: another service's code jobs in the namespace stay). Only a
-    definition whose content differs is written.
+    definition whose content differs is written, one write per definition.
 
     A code job takes its name over from a store-owned definition (a code job always
-    runs; the definition would be ignored). Replicas of two code versions that both
-    sync (a rolling deploy) write each their own version of a changed job: the last
-    start's stands.
-    Identical replicas that start together race on the same writes: a write refused
-    with :class:`ConflictError` means another replica wrote it; the definitions are read
-    again once and the sync goes on from what they hold, and a later refusal is
-    accepted as the other replica's write (:attr:`SyncReport.raced`).
+    runs; the definition would be ignored). Replicas that start together race on the
+    same writes: a write refused with :class:`ConflictError` means another replica is
+    syncing (the writes go in name order, so the replica that wrote last is still
+    writing and completes the sync). The refused one stops writing, reads the
+    definitions again once and accepts what they hold: its remaining jobs are
+    ``unchanged`` where the store holds its version, :attr:`SyncReport.raced` where it
+    holds none yet or another (replicas of another deploy: the stored copy is theirs
+    until a later start). Identical replicas thus write each definition once, with at
+    most one refused write and one read more each, whatever their number.
 
     :raises CapabilityError: the store keeps no definitions.
     """
     report = SyncReport()
-    sync = _Sync(backend, namespace, {d.name: d for d in await definitions(backend, namespace)})
+    stored = await _held(backend, namespace)
+    wanted: dict[str, str] = {}
     for name, job in sorted(jobs.items()):
-        wanted = code_definition(job)
-        if wanted is None:
+        definition = code_definition(job)
+        if definition is None:
             report.not_storable.append(name)
+        else:
+            wanted[name] = definition.body()
+    listed: set[str] | None = None
+    changes: list[tuple[str, str | None]] = [*wanted.items()]
+    for name, held in sorted(stored.items()):
+        if held.owner != "code" or name in jobs:
             continue
-        verdict = await sync.put(name, wanted)
-        getattr(report, verdict).append(name)
-    listed = await _listed(backend)
-    for name, have in sorted(sync.stored.items()):
-        if have.owner != "code" or name in jobs:
-            continue
+        if listed is None:
+            listed = await _listed(backend)
         if _key(name, namespace) in listed:
             report.kept.append(name)  # another live instance runs it (another service)
+        else:
+            changes.append((name, None))
+    for at, (name, body) in enumerate(changes):
+        have = stored.get(name)
+        verdict = _verdict(have, body)
+        if verdict == "unchanged":
+            if body is not None:
+                report.unchanged.append(name)
             continue
-        verdict = await sync.put(name, None)
-        if verdict != "unchanged":
-            getattr(report, verdict).append(name)
+        try:
+            await backend.write_definition(
+                _key(name, namespace), body, expected=0 if have is None else have.version
+            )
+        except ConflictError:  # another replica is syncing: accept what it writes
+            latest = await _held(backend, namespace)
+            for rest, rest_body in changes[at:]:
+                if rest_body is None:
+                    continue  # a removal: the other replica's sync decides it
+                same = _verdict(latest.get(rest), rest_body) == "unchanged"
+                (report.unchanged if same else report.raced).append(rest)
+            return report
+        getattr(report, verdict).append(name)
     return report
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A stored definition as a sync compares it: its text, not a checked Definition (a
+    sync at every start reads every definition of the namespace)."""
+
+    version: int
+    body: str
+    owner: str
+
+
+async def _held(backend: Backend, namespace: str | None) -> dict[str, _Held]:
+    """The stored definitions of ``namespace`` by name (removed ones left out)."""
+    latest: dict[str, StoredDefinition] = {}
+    for stored in await backend.definitions_since(0):
+        name = in_namespace(stored.job, namespace)
+        if name is not None:
+            latest[name] = stored
+    held = {}
+    for name, stored in latest.items():
+        if stored.body is None:
+            continue
+        try:
+            data = json.loads(stored.body)
+        except ValueError:
+            data = None
+        owner = data.get("owner", "store") if isinstance(data, dict) else "store"
+        held[name] = _Held(stored.version, stored.body, owner)
+    return held
+
+
+def _verdict(have: _Held | None, body: str | None) -> str:
+    """What writing ``body`` (``None``: removing a code-owned definition) over ``have``
+    is: the :class:`SyncReport` list it goes to. Bodies are compared as text: a code
+    job's is written by :meth:`Definition.body`, which is canonical."""
+    if body is None:
+        return "unchanged" if have is None or have.owner != "code" else "removed"
+    if have is None:
+        return "created"
+    if have.owner == "code" and have.body == body:
+        return "unchanged"
+    return "updated" if have.owner == "code" else "replaced"
 
 
 async def _listed(backend: Backend) -> set[str]:
@@ -312,46 +380,6 @@ async def _listed(backend: Backend) -> set[str]:
     except CapabilityError:
         return set()
     return {name for info in live for name in info.jobs}
-
-
-class _Sync:
-    """The writes of one :func:`sync_code_jobs`, re-reading the store once on a conflict."""
-
-    def __init__(
-        self, backend: Backend, namespace: str | None, stored: dict[str, Definition]
-    ) -> None:
-        self.backend = backend
-        self.namespace = namespace
-        self.stored = stored
-        self.reread = False
-
-    async def put(self, name: str, wanted: Definition | None) -> str:
-        """Make ``name`` hold ``wanted`` (``None``: a code-owned one removed); the
-        :class:`SyncReport` list it goes to."""
-        while True:
-            have = self.stored.get(name)
-            if wanted is None:
-                if have is None or have.owner != "code":
-                    return "unchanged"  # removed (or taken over) by another writer
-                body, verdict = None, "removed"
-            elif have is None:
-                body, verdict = wanted.body(), "created"
-            elif have.owner == "code" and have.same_content(wanted):
-                return "unchanged"
-            else:
-                body, verdict = wanted.body(), "updated" if have.owner == "code" else "replaced"
-            try:
-                await self.backend.write_definition(
-                    _key(name, self.namespace), body, expected=0 if have is None else have.version
-                )
-            except ConflictError:
-                if self.reread:
-                    return "raced"
-                self.reread = True  # another replica syncs too: read what it wrote, once
-                latest = await definitions(self.backend, self.namespace)
-                self.stored = {d.name: d for d in latest}
-                continue
-            return verdict
 
 
 def _options(options: JobOptions) -> dict[str, Any]:
@@ -369,10 +397,12 @@ def _options(options: JobOptions) -> dict[str, Any]:
 def _source(handler: Any) -> str:
     """``module:line (qualname)`` of a handler, or '' where Python cannot tell."""
     target = inspect.unwrap(handler)
-    try:
-        line = inspect.getsourcelines(target)[1]
-    except (OSError, TypeError):
-        line = None
+    line = getattr(getattr(target, "__code__", None), "co_firstlineno", None)
+    if line is None:  # not a function: a callable object, a partial…
+        try:
+            line = inspect.getsourcelines(target)[1]
+        except (OSError, TypeError):
+            line = None
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or type(target).__name__
     return f"{module}:{line} ({qualname})" if line else f"{module} ({qualname})"

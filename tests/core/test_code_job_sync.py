@@ -163,7 +163,7 @@ def test_identical_replicas_starting_together_sync_each_job_once(
 
     with caplog.at_level(logging.WARNING, logger="anarchon"):
         reports = run_virtual(main)
-    assert store.conflicts > 0  # the replicas did race on the same writes
+    assert 0 < store.conflicts <= len(replicas) - 1  # they raced; each loser stopped once
     assert sorted(store.written) == names  # each written once, by one of them
     for report in reports:
         assert sorted(report.created + report.unchanged + report.raced) == names
