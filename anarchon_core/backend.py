@@ -26,7 +26,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from .errors import CapabilityError, ConfigurationError
@@ -55,7 +55,6 @@ __all__ = [
     "TakeoverRequest",
     "bound_error",
     "instance_json",
-    "jobs_json",
     "local_note",
     "overlap_reason",
     "wall_clock_ms",
@@ -220,9 +219,13 @@ class DueRun:
 class InstanceInfo:
     """One instance as the registry shows it (the dashboard and the CLI need only the store URL).
 
-    ``jobs`` maps each job's store name to its spec: ``schedule`` (text), ``tz``,
-    ``fingerprint`` and the main ``options``, so that a tool given only the backend
-    URL can show every job's schedule and find replicas that disagree about one.
+    ``jobs`` is the digest of the instance's job set: each job's store name and its
+    definition fingerprint (``{"billing:sync": "0f3a9c1e5b7d2a64"}``), what the candidate
+    ranking needs to find the instances that hold a job with the same definition. The
+    jobs' schedules and options are in the store's job table (the stored definitions,
+    which ``sync_code_jobs`` fills with the code jobs), not here: an entry stays a few
+    hundred bytes plus a few dozen per job, since every ranking instance reads every
+    entry every heartbeat.
     """
 
     instance_id: str
@@ -231,15 +234,11 @@ class InstanceInfo:
     version: str
     started_at: int
     last_seen: int
-    jobs: dict[str, dict[str, Any]]
+    jobs: dict[str, str]
     skew_ms: int = 0
     """The instance's last measured clock skew, store − local (docs/guarantees.md)."""
     targets: tuple[str, ...] = ()
     """The targets the instance holds: a stored definition runs only where its target is."""
-    jobs_json: str = field(default="", compare=False, repr=False)
-    """``jobs`` as JSON text, if its builder encoded it once (an engine refreshes its
-    entry every heartbeat with the same jobs: 1,000 jobs are 300 KB of JSON); empty:
-    encoded when needed."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON shape kept in stores and shown by the CLI and the API."""
@@ -258,7 +257,9 @@ class InstanceInfo:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> InstanceInfo:
         """Read :meth:`to_json`'s shape back (``skew_ms`` and ``targets`` may be missing:
-        older writers)."""
+        older writers). An older writer's ``jobs`` map each job to its whole spec (a dict
+        with its ``fingerprint``): only the fingerprint is kept, so that replicas of both
+        versions rank each other during a rolling upgrade."""
         return cls(
             instance_id=str(data["instance_id"]),
             host=str(data["host"]),
@@ -266,10 +267,21 @@ class InstanceInfo:
             version=str(data["version"]),
             started_at=int(data["started_at"]),
             last_seen=int(data["last_seen"]),
-            jobs=dict(data["jobs"]),
+            jobs={str(job): _fingerprint_of(value) for job, value in dict(data["jobs"]).items()},
             skew_ms=int(data.get("skew_ms", 0)),
             targets=tuple(str(t) for t in data.get("targets", ())),
         )
+
+
+def _fingerprint_of(value: object) -> str:
+    """A job's fingerprint in a registry entry: the value itself, or an older writer's
+    spec's ``fingerprint`` ('' where it has none)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        fingerprint = value.get("fingerprint")
+        return fingerprint if isinstance(fingerprint, str) else ""
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -676,14 +688,13 @@ def meta_json(meta: dict[str, Any] | None) -> str:
 
 
 def instance_json(info: InstanceInfo) -> str:
-    """``info`` as the JSON text a registry keeps; non-JSON job specs are refused.
-
-    ``info.jobs_json`` is used when its builder set it; the other fields are encoded
-    each time.
-    """
-    fields = {key: value for key, value in info.to_json().items() if key != "jobs"}
-    jobs = info.jobs_json or jobs_json(info.instance_id, info.jobs)
-    return json.dumps(fields, separators=(",", ":"))[:-1] + ',"jobs":' + jobs + "}"
+    """``info`` as the JSON text a registry keeps; a value that is not JSON is refused."""
+    try:
+        return json.dumps(info.to_json(), separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"instance {info.instance_id!r}: its registry entry is not JSON values ({exc})"
+        ) from exc
 
 
 def local_note(backend: Backend) -> str:
@@ -694,13 +705,3 @@ def local_note(backend: Backend) -> str:
     if backend.local_to == "process":
         return " (in memory: it coordinates this process only)"
     return " (a local store: it coordinates the processes of this host only)"
-
-
-def jobs_json(instance_id: str, jobs: dict[str, dict[str, Any]]) -> str:
-    """An instance's job specs as JSON text, or a refusal naming the instance."""
-    try:
-        return json.dumps(jobs, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"instance {instance_id!r}: its job specs are not JSON values ({exc})"
-        ) from exc

@@ -210,26 +210,6 @@ class Job:
     def describe(self) -> str:
         return self.schedule.describe()
 
-    def spec(self) -> dict[str, Any]:
-        """What the instance registry shows of this job (JSON-serialisable)."""
-        options = self.options
-        return {
-            "name": self.name,
-            "schedule": self.schedule.describe(),
-            "tz": self.schedule.tz,
-            "canonical": self.schedule.canonical(),
-            "fingerprint": self.fingerprint,
-            "version": self.version,
-            "options": {
-                "jitter_ms": options.jitter_ms,
-                "timeout_ms": options.timeout_ms,
-                "catch_up": options.catch_up,
-                "max_attempts": options.max_attempts,
-                "retries": options.retries,
-                "overlap": options.overlap,
-            },
-        }
-
 
 def _fingerprint(schedule: Schedule, options: JobOptions) -> str:
     """Computed once per job: claims carry it, so replicas that disagree can be found."""

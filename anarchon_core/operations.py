@@ -106,7 +106,7 @@ async def cancel(backend: Backend, job: str, slot: int) -> bool:
 
 
 async def instances(backend: Backend) -> list[InstanceInfo]:
-    """The live instances, each with its job specs."""
+    """The live instances, each with the digest of its jobs (store name → fingerprint)."""
     return await backend.instances()
 
 
@@ -118,8 +118,6 @@ def fingerprint_mismatches(live: list[InstanceInfo]) -> dict[str, dict[str, list
     """
     seen: dict[str, dict[str, list[str]]] = {}
     for info in live:
-        for job, spec in info.jobs.items():
-            seen.setdefault(job, {}).setdefault(str(spec.get("fingerprint")), []).append(
-                info.instance_id
-            )
+        for job, fingerprint in info.jobs.items():
+            seen.setdefault(job, {}).setdefault(fingerprint, []).append(info.instance_id)
     return {job: prints for job, prints in seen.items() if len(prints) > 1}

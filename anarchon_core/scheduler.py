@@ -93,6 +93,13 @@ class Scheduler:
     (see ``docs/concepts.md``). Claim-only stores have no registry: every instance
     claims there.
 
+    ``sync_code_jobs`` (default on): at start, once the store opens, store the code jobs
+    as ``owner='code'`` definitions (see :meth:`sync_code_jobs`), where the dashboards,
+    the API and the command line read their schedules and options: the registry lists
+    each job's name and fingerprint only. Only changed definitions are written; a store
+    that keeps no definitions is skipped, and an outage is logged, neither stops the
+    start. Turn it off for a process that should not write to the job table.
+
     ``clock`` is the wall clock the engine reads, in epoch ms (default: the system's).
     Sleeps and self-fencing follow the event loop's clock, so a test that runs the loop
     on virtual time passes a clock derived from it (:class:`anarchon_core.testing.LoopClock`).
@@ -110,6 +117,7 @@ class Scheduler:
         grace_ms: int = 10_000,
         candidates: int | None = DEFAULT_CANDIDATES,
         enabled: bool | None = None,
+        sync_code_jobs: bool = True,
         metrics_registry: CollectorRegistry | None = None,
         tracer_provider: TracerProvider | None = None,
         clock: Callable[[], int] | None = None,
@@ -143,6 +151,12 @@ class Scheduler:
         self.grace_ms = validate_ms(grace_ms, "grace_ms")
         self.candidates = check_candidates(candidates)
         self.enabled = env_enabled() if enabled is None else bool(enabled)
+        if not isinstance(sync_code_jobs, bool):
+            raise ConfigurationError(
+                f"sync_code_jobs {brief(sync_code_jobs)} is not valid: give True or False"
+            )
+        #: Whether a start stores the code jobs as ``owner='code'`` definitions.
+        self.sync_at_start = sync_code_jobs
         checked = validate_option_keys(job_defaults, "Scheduler")
         self._defaults = check_retries(JobOptions(**checked), "Scheduler")
         self._explicit_defaults = frozenset(checked)
@@ -469,6 +483,10 @@ class Scheduler:
             lambda backend: stored_jobs.sync_code_jobs(backend, self._jobs, self.namespace)
         )
 
+    async def _sync_at_start(self) -> stored_jobs.SyncReport:
+        """The start's sync, on the store the engine opened."""
+        return await stored_jobs.sync_code_jobs(self.backend, self._jobs, self.namespace)
+
     # -- life cycle ----------------------------------------------------------------
     @property
     def running(self) -> bool:
@@ -527,6 +545,7 @@ class Scheduler:
                 ),
                 namespace=self.namespace,
                 build=self._build_stored if self._targets else None,
+                sync=self._sync_at_start if self.sync_at_start else None,
             )
             self._engine = engine
         if not self.enabled:

@@ -170,6 +170,10 @@ SCHEDULER_SETTINGS: Mapping[str, Setting] = _stated(
         "enabled": Setting(
             "True, False or None (None: $ANARCHON_ENABLED, default on)", one_of(True, False, None)
         ),
+        "sync_code_jobs": Setting(
+            "True (store the code jobs' definitions at start, for the dashboards) or False",
+            one_of(True, False),
+        ),
     }
 )
 

@@ -13,11 +13,12 @@ stale one with :class:`~anarchon_core.errors.ConflictError` and writes nothing.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .backend import Backend
+from .backend import Backend, StoredDefinition
 from .definitions import Definition
 from .durations import format_duration_ms
 from .engine.definitions import in_namespace
@@ -61,14 +62,7 @@ async def definitions(backend: Backend, namespace: str | None) -> list[Definitio
 
 async def get_definition(backend: Backend, name: str, namespace: str | None) -> Definition | None:
     """The stored definition ``name`` of ``namespace``, or ``None``."""
-    key = _key(name, namespace)
-    found = None
-    for stored in await backend.definitions_since(0):
-        if stored.job == key:
-            found = stored
-    if found is None or found.body is None:
-        return None
-    return Definition.from_body(found.body, found.version)
+    return await _latest_definition(backend, _key(name, namespace))
 
 
 async def add_definition(
@@ -76,9 +70,9 @@ async def add_definition(
 ) -> Definition:
     """Store a new definition; returns it with the version the store issued.
 
-    :raises ConflictError: a definition of that name exists (a code job's included).
-    :raises ConfigurationError: a live instance runs a code job of that name: a stored
-        definition never shadows a code job.
+    :raises ConflictError: a definition of that name exists.
+    :raises ConfigurationError: it would shadow a code job: the stored definition of that
+        name is a code job's, or a live instance runs a code job of that name.
     """
     if definition.owner != "store":
         raise ConfigurationError(
@@ -157,18 +151,48 @@ def _stale(key: str, version: int, exc: ConflictError) -> ConflictError:
 
 
 async def _refuse_shadowing(backend: Backend, key: str) -> None:
-    """Refuse a name that a live instance runs as a code job."""
+    """Refuse a name that is a code job's: its stored definition is owned by ``code``, or
+    a live instance lists a job of that name that the store keeps no definition of.
+
+    A registry entry lists each job's name and fingerprint only, so the stored
+    definitions tell a code job from a stored one: an instance runs a stored job only
+    while its definition is in the store (it stops at its removal), so a listed name
+    whose stored definition is missing, or owned by ``code``, is a code job. (A
+    definition removed less than a heartbeat ago may still be listed by an instance that
+    has not followed the removal yet: adding it again is refused until it has.)
+    """
+    try:
+        stored = await _latest_definition(backend, key)
+    except CapabilityError:  # a store that keeps no definitions: every listed job is code
+        stored = None
+    if stored is not None and stored.owner == "code":
+        raise ConfigurationError(
+            f"definition {key!r} would shadow the code job of that name (its stored copy, "
+            "owner 'code'): a stored definition never does; choose another name"
+        )
+    if stored is not None:
+        return  # a stored job: the write answers that it exists
     try:
         live = await backend.instances()
     except CapabilityError:  # no registry: the store cannot say
         return
     for info in live:
-        spec = info.jobs.get(key)
-        if spec is not None and spec.get("version") is None:
+        if key in info.jobs:
             raise ConfigurationError(
                 f"definition {key!r} would shadow the code job of that name on instance "
                 f"{info.instance_id}: a stored definition never does; choose another name"
             )
+
+
+async def _latest_definition(backend: Backend, key: str) -> Definition | None:
+    """The stored definition of the store name ``key`` (``None``: none, or removed)."""
+    found = None
+    for stored in await backend.definitions_since(0):
+        if stored.job == key:
+            found = stored
+    if found is None or found.body is None:
+        return None
+    return Definition.from_body(found.body, found.version)
 
 
 def bind_target(
@@ -201,12 +225,35 @@ class SyncReport:
     replaced: list[str] = field(default_factory=list)
     """Store-owned definitions that a code job of the same name took over."""
     not_storable: list[str] = field(default_factory=list)
-    """Code jobs whose schedule is not an Every or a Cron (a custom schedule)."""
+    """Code jobs whose schedule is not an Every or a Cron (a custom schedule), or whose
+    name holds ``:``: the dashboards show them without a schedule."""
+    kept: list[str] = field(default_factory=list)
+    """Code-owned definitions of jobs this code does not have that a live instance still
+    lists (another service in the namespace, or replicas of another deploy): kept."""
+    raced: list[str] = field(default_factory=list)
+    """Code jobs left to another replica syncing at the same time: not stored yet when
+    this one read them again, or stored in another version (replicas of another
+    deploy, whose copy stands until a later start)."""
+
+    def changes(self) -> str:
+        """What the sync changed in the store, as one line ('' for nothing)."""
+        parts = [
+            f"{what} {', '.join(names)}"
+            for what, names in (
+                ("created", self.created),
+                ("updated", self.updated),
+                ("replaced", self.replaced),
+                ("removed", self.removed),
+            )
+            if names
+        ]
+        return "; ".join(parts)
 
 
 def code_definition(job: Job) -> Definition | None:
-    """The ``owner='code'`` definition of a code job (``None``: a custom schedule)."""
-    if not isinstance(job.schedule, (Every, Cron)):
+    """The ``owner='code'`` definition of a code job (``None``: not storable, a custom
+    schedule or a name that holds ``:``, which a definition's may not)."""
+    if not isinstance(job.schedule, (Every, Cron)) or ":" in job.name:
         return None
     source = _source(job.handler)
     return Definition.create(
@@ -223,34 +270,116 @@ async def sync_code_jobs(
     backend: Backend, jobs: Mapping[str, Job], namespace: str | None
 ) -> SyncReport:
     """Store every code job as an ``owner='code'`` definition, so that dashboards show and
-    pause them, and remove the code-owned definitions whose job left the code.
+    pause them, and remove the code-owned definitions whose job left the code (those that
+    no live instance lists: another service's code jobs in the namespace stay). Only a
+    definition whose content differs is written, one write per definition.
 
     A code job takes its name over from a store-owned definition (a code job always
-    runs; the definition would be ignored). Replicas of two code versions that both
-    sync (a rolling deploy) undo each other's removals until the deploy completes.
+    runs; the definition would be ignored). Replicas that start together race on the
+    same writes: a write refused with :class:`ConflictError` means another replica is
+    syncing (the writes go in name order, so the replica that wrote last is still
+    writing and completes the sync). The refused one stops writing, reads the
+    definitions again once and accepts what they hold: its remaining jobs are
+    ``unchanged`` where the store holds its version, :attr:`SyncReport.raced` where it
+    holds none yet or another (replicas of another deploy: the stored copy is theirs
+    until a later start). Identical replicas thus write each definition once, with at
+    most one refused write and one read more each, whatever their number.
+
+    :raises CapabilityError: the store keeps no definitions.
     """
     report = SyncReport()
-    stored = {d.name: d for d in await definitions(backend, namespace)}
+    stored = await _held(backend, namespace)
+    wanted: dict[str, str] = {}
     for name, job in sorted(jobs.items()):
-        wanted = code_definition(job)
-        if wanted is None:
+        definition = code_definition(job)
+        if definition is None:
             report.not_storable.append(name)
-            continue
-        have = stored.get(name)
-        key = _key(name, namespace)
-        if have is None:
-            await backend.write_definition(key, wanted.body(), expected=0)
-            report.created.append(name)
-        elif have.owner == "code" and have.same_content(wanted):
-            report.unchanged.append(name)
         else:
-            await backend.write_definition(key, wanted.body(), expected=have.version)
-            (report.updated if have.owner == "code" else report.replaced).append(name)
-    for name, have in sorted(stored.items()):
-        if have.owner == "code" and name not in jobs:
-            await backend.write_definition(_key(name, namespace), None, expected=have.version)
-            report.removed.append(name)
+            wanted[name] = definition.body()
+    listed: set[str] | None = None
+    changes: list[tuple[str, str | None]] = [*wanted.items()]
+    for name, held in sorted(stored.items()):
+        if held.owner != "code" or name in jobs:
+            continue
+        if listed is None:
+            listed = await _listed(backend)
+        if _key(name, namespace) in listed:
+            report.kept.append(name)  # another live instance runs it (another service)
+        else:
+            changes.append((name, None))
+    for at, (name, body) in enumerate(changes):
+        have = stored.get(name)
+        verdict = _verdict(have, body)
+        if verdict == "unchanged":
+            if body is not None:
+                report.unchanged.append(name)
+            continue
+        try:
+            await backend.write_definition(
+                _key(name, namespace), body, expected=0 if have is None else have.version
+            )
+        except ConflictError:  # another replica is syncing: accept what it writes
+            latest = await _held(backend, namespace)
+            for rest, rest_body in changes[at:]:
+                if rest_body is None:
+                    continue  # a removal: the other replica's sync decides it
+                same = _verdict(latest.get(rest), rest_body) == "unchanged"
+                (report.unchanged if same else report.raced).append(rest)
+            return report
+        getattr(report, verdict).append(name)
     return report
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A stored definition as a sync compares it: its text, not a checked Definition (a
+    sync at every start reads every definition of the namespace)."""
+
+    version: int
+    body: str
+    owner: str
+
+
+async def _held(backend: Backend, namespace: str | None) -> dict[str, _Held]:
+    """The stored definitions of ``namespace`` by name (removed ones left out)."""
+    latest: dict[str, StoredDefinition] = {}
+    for stored in await backend.definitions_since(0):
+        name = in_namespace(stored.job, namespace)
+        if name is not None:
+            latest[name] = stored
+    held = {}
+    for name, stored in latest.items():
+        if stored.body is None:
+            continue
+        try:
+            data = json.loads(stored.body)
+        except ValueError:
+            data = None
+        owner = data.get("owner", "store") if isinstance(data, dict) else "store"
+        held[name] = _Held(stored.version, stored.body, owner)
+    return held
+
+
+def _verdict(have: _Held | None, body: str | None) -> str:
+    """What writing ``body`` (``None``: removing a code-owned definition) over ``have``
+    is: the :class:`SyncReport` list it goes to. Bodies are compared as text: a code
+    job's is written by :meth:`Definition.body`, which is canonical."""
+    if body is None:
+        return "unchanged" if have is None or have.owner != "code" else "removed"
+    if have is None:
+        return "created"
+    if have.owner == "code" and have.body == body:
+        return "unchanged"
+    return "updated" if have.owner == "code" else "replaced"
+
+
+async def _listed(backend: Backend) -> set[str]:
+    """The store names the live instances list (none where the store has no registry)."""
+    try:
+        live = await backend.instances()
+    except CapabilityError:
+        return set()
+    return {name for info in live for name in info.jobs}
 
 
 def _options(options: JobOptions) -> dict[str, Any]:
@@ -268,10 +397,12 @@ def _options(options: JobOptions) -> dict[str, Any]:
 def _source(handler: Any) -> str:
     """``module:line (qualname)`` of a handler, or '' where Python cannot tell."""
     target = inspect.unwrap(handler)
-    try:
-        line = inspect.getsourcelines(target)[1]
-    except (OSError, TypeError):
-        line = None
+    line = getattr(getattr(target, "__code__", None), "co_firstlineno", None)
+    if line is None:  # not a function: a callable object, a partial…
+        try:
+            line = inspect.getsourcelines(target)[1]
+        except (OSError, TypeError):
+            line = None
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or type(target).__name__
     return f"{module}:{line} ({qualname})" if line else f"{module} ({qualname})"

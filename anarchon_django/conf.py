@@ -93,6 +93,7 @@ class AnarchonSettings:
     grace_ms: int
     candidates: int | None
     enabled: bool | None
+    sync_code_jobs: bool
     problems: tuple[Problem, ...] = field(default=(), compare=False)
 
     def scheduler_kwargs(self) -> dict[str, Any]:

@@ -14,7 +14,8 @@ Three sections:
    * runs per slot (must be exactly 1), slots missed, slots run twice;
    * claims sent per run (``Scheduler.stats`` ``claim_*`` deltas, summed over the
      processes), claim requests (``claim_many`` round trips) and registry reads,
-     counted by a wrapper around each process's backend;
+     counted by a wrapper around each process's backend; the largest registry entry and
+     one whole registry read in bytes, read from the store at the end of the window;
    * what the store did per run, counted at the server: Redis ``INFO commandstats``
      (scripts and the commands they call) and ``INFO cpu``; PostgreSQL
      ``pg_stat_database`` transactions of the run's database, calls of the backend's
@@ -32,9 +33,9 @@ Three sections:
 
 3. **Arithmetic** for 1,000 replicas x 100,000 jobs ``every("1m")``: claims per second
    with k candidates against every instance claiming, and the registry traffic (each
-   instance registers its ``InstanceInfo`` with every job's spec and, with k set, reads
-   every instance's every heartbeat), from one InstanceInfo measured with
-   ``anarchon_core.backend.instance_json``.
+   instance registers its ``InstanceInfo``, which lists each job's store name and
+   fingerprint, and, with k set, reads every instance's every heartbeat), from one
+   InstanceInfo measured with ``anarchon_core.backend.instance_json``.
 
 Run: ``python -m benchmarks scale`` (defaults, about 4-5 minutes), or with options
 ``python -m benchmarks.scale --procs 2,8,32 --every 1s,1s,10s --jobs 1000
@@ -310,6 +311,25 @@ def open_store(name: str, tmp: Path, procs: int, pg_pool: int | None) -> Iterato
         raise ValueError(f"unknown store {name!r}: choose from {', '.join(STORES)}")
 
 
+async def _registry_sizes(cfg: dict[str, Any]) -> tuple[int, int]:
+    """The largest registry entry and one whole registry read, in bytes of JSON, as the
+    store holds them while the processes run (read once, after the window's last mark)."""
+    from anarchon_core.backend import instance_json
+
+    from ._scale_worker import _backend
+
+    backend = _backend(cfg)
+    try:
+        await backend.open()
+        live = await backend.instances()
+    except Exception:  # a store without a registry
+        return 0, 0
+    finally:
+        await backend.close()
+    sizes = [len(instance_json(info).encode()) for info in live]
+    return max(sizes, default=0), sum(sizes)
+
+
 async def _prepare(cfg: dict[str, Any]) -> None:
     """Create the store's layout once, before the processes race to."""
     from ._scale_worker import _backend
@@ -349,6 +369,9 @@ class RealResult:
     pressure: float = math.nan
     #: Scheduler.stats deltas over the window, summed over the processes.
     events: dict[str, int] = field(default_factory=dict)
+    #: The largest registry entry and one whole registry read (every live entry), bytes.
+    entry_bytes: int = 0
+    read_bytes: int = 0
     error: str = ""
 
 
@@ -403,6 +426,7 @@ def run_real(
                 psi.append(_cpu_pressure_us())
             if psi[0] is not None and psi[1] is not None:
                 result.pressure = (psi[1] - psi[0]) / 1000 / (mark_b - mark_a)
+            result.entry_bytes, result.read_bytes = asyncio.run(_registry_sizes(cfg))
             for w in workers:
                 w.join(timeout=max(stop_ms - _wall_ms(), 0) / 1000 + 60)
             bad = [w.exitcode for w in workers if w.exitcode != 0]
@@ -494,9 +518,11 @@ def role_cost_us(instances: int, k: int = 2, calls: int = 20_000) -> float:
 
 # -- the arithmetic --------------------------------------------------------------------
 def registry_figures(jobs: int) -> dict[str, float]:
-    """Bytes, encode and decode time and decoded memory of one InstanceInfo with ``jobs``."""
+    """Bytes, encode and decode time and decoded memory of one InstanceInfo with ``jobs``,
+    as an engine builds it (each job's store name and fingerprint)."""
     from anarchon_core import Scheduler
     from anarchon_core.backend import InstanceInfo, instance_json
+    from anarchon_core.engine.registry import job_digest
 
     scheduler = Scheduler("memory://")
 
@@ -505,7 +531,6 @@ def registry_figures(jobs: int) -> dict[str, float]:
 
     for name in job_names(jobs):
         scheduler.every(name, f"{ARITH_INTERVAL_S}s", handler)
-    specs = {name: job.spec() for name, job in scheduler._jobs.items()}
     info = InstanceInfo(
         instance_id="host-0123:12345:abcdef",
         host="host-0123",
@@ -513,7 +538,7 @@ def registry_figures(jobs: int) -> dict[str, float]:
         version="0.0.0",
         started_at=_wall_ms(),
         last_seen=_wall_ms(),
-        jobs=specs,
+        jobs=job_digest(scheduler.jobs.values()),
     )
     t0 = time.perf_counter()
     text = instance_json(info)
@@ -665,21 +690,22 @@ def arithmetic(
             f"{period:g} s: 1/{checks} of the above, still O(replicas^2 x jobs)",
         ),
         (
-            "the same registry without the jobs dicts",
+            "the same registry without the job digests",
             f"{replicas:,} x {empty:.0f} B = {replicas * empty / 1e3:,.0f} KB per read, "
             f"{reads_s * replicas * empty / 1e6:,.0f} MB/s for the cluster",
         ),
     ]
     print_table(
         f"registry: every instance registers every {HEARTBEAT_MS / 1000:g} s and, with "
-        f"candidates set, reads every live instance's InstanceInfo (all its jobs' specs)",
+        f"candidates set, reads every live instance's InstanceInfo (each job's name and "
+        f"fingerprint)",
         ("", "figure"),
         reg_rows,
     )
 
 
 # -- report ----------------------------------------------------------------------------
-def report_real(results: Sequence[RealResult], info_bytes: dict[int, int]) -> None:
+def report_real(results: Sequence[RealResult]) -> None:
     rows: list[tuple[object, ...]] = []
     for r in results:
         rows.append(
@@ -727,9 +753,9 @@ def report_real(results: Sequence[RealResult], info_bytes: dict[int, int]) -> No
                 r.requests / instants,
                 r.registry_reads / r.window_s if r.window_s else math.nan,
                 r.registry_ms,
-                r.registry_reads / r.window_s * r.procs * info_bytes[r.jobs] / 1e6
-                if r.window_s
-                else math.nan,
+                r.entry_bytes,
+                r.read_bytes / 1e3,
+                r.registry_reads / r.window_s * r.read_bytes / 1e6 if r.window_s else math.nan,
                 at_server,
             )
         )
@@ -744,6 +770,8 @@ def report_real(results: Sequence[RealResult], info_bytes: dict[int, int]) -> No
             "requests/slot",
             "reg reads/s",
             "ms/read",
+            "entry B",
+            "read KB",
             "reg MB/s",
             "at the server, per run",
         ),
@@ -936,12 +964,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
         done = [r for r in results if not r.error]
         if done:
-            sizes = {j: int(registry_figures(j)["bytes"]) for j in {r.jobs for r in done}}
-            report_real(done, sizes)
+            report_real(done)
             print(
-                "  reg MB/s = registry reads/s x N instances x one InstanceInfo with the run's "
-                f"jobs ({', '.join(f'{j:,} jobs: {b / 1e3:,.0f} KB' for j, b in sizes.items())})"
-                ": what the store serves and the processes decode"
+                "  entry B = the largest registry entry as JSON, read KB = one registry read "
+                "(every live entry), both read from the store at the end of the window; reg "
+                "MB/s = registry reads/s x read KB: what the store serves and the processes decode"
             )
             print(
                 "  requests/slot = claim round trips per slot, all processes: the slot loop "
@@ -1022,7 +1049,7 @@ def summary(
     per_job = reg["bytes_per_job"]
     print(
         f"- the limit at 1,000 replicas x 100,000 jobs is the registry, not the claims: "
-        f"each InstanceInfo carries every job's spec ({per_job:.0f} B/job, "
+        f"each InstanceInfo lists every job's name and fingerprint ({per_job:.0f} B/job, "
         f"{(reg['bytes_empty'] + per_job * ARITH_JOBS) / 1e6:.1f} MB), and every instance reads "
         f"all of them every heartbeat: O(replicas^2 x jobs) bytes per "
         f"{HEARTBEAT_MS / 1000:g} s"

@@ -407,16 +407,8 @@ async def test_cancel_answers_false_for_missing_or_ended_runs(backend: Backend) 
 
 # -- the instance registry -----------------------------------------------------------
 def instance(instance_id: str, **changes: Any) -> InstanceInfo:
-    """An instance with two jobs, as a scheduler registers it; ``changes`` replace fields."""
-    jobs: dict[str, dict[str, Any]] = {
-        "sync": {
-            "schedule": "every 10s",
-            "tz": "UTC",
-            "fingerprint": "f1",
-            "options": {"jitter_ms": 500, "retries": 0, "overlap": "skip", "nested": [1, None]},
-        },
-        "report.daily": {"schedule": "cron 0 6 * * *", "tz": "Europe/Athens", "options": {}},
-    }
+    """An instance with two jobs and a target, as a scheduler registers it: the digest of
+    its job set (store name → fingerprint); ``changes`` replace fields."""
     fields: dict[str, Any] = {
         "instance_id": instance_id,
         "host": "web-1",
@@ -424,7 +416,8 @@ def instance(instance_id: str, **changes: Any) -> InstanceInfo:
         "version": "0.1.0",
         "started_at": 1_700_000_000_000,
         "last_seen": 0,
-        "jobs": jobs,
+        "jobs": {"sync": "0f3a9c1e5b7d2a64", "billing:report.daily": "9d2e4b6a8c0f1e3d"},
+        "targets": ("reports.send",),
     }
     fields.update(changes)
     return InstanceInfo(**fields)
@@ -451,7 +444,7 @@ async def test_register_again_refreshes_the_instance(backend: Backend) -> None:
     await backend.register(instance("web-1:7:aaaaaa"), LIVE_MS)
     (first,) = await backend.instances()
     await asyncio.sleep(0.01)
-    changed = instance("web-1:7:aaaaaa", version="0.2.0", jobs={"sync": {"fingerprint": "f2"}})
+    changed = instance("web-1:7:aaaaaa", version="0.2.0", jobs={"sync": "7b1c3e5a9f2d4c6e"})
     await backend.register(changed, LIVE_MS)
     (second,) = await backend.instances()
     assert second == instance(

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import Awaitable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from ..backend import Backend, InstanceInfo
-from ..errors import BackendUnavailable, SchedulerStateError
+from ..errors import BackendUnavailable, CapabilityError, SchedulerStateError
 from ..job import MAX_MISFIRE_GRACE_MS, Job
 from .backups import Backups
 from .candidates import Candidates
@@ -32,6 +32,15 @@ from .slots import SlotLoop
 from .support import EngineConfig, EngineLog
 
 __all__ = ["Engine"]
+
+
+class SyncOutcome(Protocol):
+    """What a sync of the code jobs reports (``stored_jobs.SyncReport``)."""
+
+    def changes(self) -> str:
+        """What it changed, as one line ('' for nothing)."""
+        ...
+
 
 #: How often stop() re-cancels a task that has not ended.
 DRAIN_RECANCEL_S = 1.0
@@ -52,8 +61,11 @@ class Engine:
         *,
         namespace: str | None = None,
         build: Build | None = None,
+        sync: Callable[[], Awaitable[SyncOutcome]] | None = None,
     ) -> None:
         self.backend = backend
+        #: Stores the code jobs as ``owner='code'`` definitions once the store opens.
+        self._sync = sync
         self.config = config
         self.jobs = {job.store_name: job for job in jobs.values()}
         self.telemetry = config.telemetry
@@ -151,6 +163,7 @@ class Engine:
             self.log.warn("store unavailable at start, retrying: %s", exc)
             self._spawn(self._open_then_run())
             return
+        await self._sync_code_jobs()
         if self.follower is not None:
             await self.follower.load()
         self._start_loops()
@@ -172,9 +185,31 @@ class Engine:
                 self.log.error("anarchon cannot use its store and claims nothing: %s", exc)
                 self._fail(exc)
                 return
+        await self._sync_code_jobs()
         if self.follower is not None:
             await self.follower.load()
         self._start_loops()
+
+    async def _sync_code_jobs(self) -> None:
+        """Store the code jobs as ``owner='code'`` definitions, where the dashboards read
+        their schedules (the registry lists names and fingerprints only). Neither a store
+        that keeps no definitions nor an outage stops the start: the first is skipped
+        quietly, the second logged (the next start syncs)."""
+        if self._sync is None:
+            return
+        try:
+            report = await self._sync()
+        except CapabilityError:
+            return
+        except Exception as exc:
+            self.telemetry.store_error("definitions")
+            self.log.warn(
+                "could not store the code jobs' definitions (synced at the next start): %s", exc
+            )
+            return
+        changed = report.changes()
+        if changed:
+            self.log.info("code jobs stored: %s", changed)
 
     def _start_loops(self) -> None:
         self.opened = True

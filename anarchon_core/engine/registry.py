@@ -1,5 +1,9 @@
 """This instance's registry entry, and its view of the others.
 
+An entry holds who the instance is, its targets and the digest of its job set: each
+job's store name with its definition fingerprint, nothing else (the schedules and
+options are in the store's job table). The ranking reads only the ids and digests.
+
 An instance stays in the registry while its slot loop claims: it refreshes its entry
 every heartbeat (the entry expires one lease after the last refresh) and leaves as soon
 as it stops claiming, at a stop or when an engine loop dies, long before its runs are
@@ -15,17 +19,17 @@ import functools
 import importlib.metadata
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from ..backend import Backend, InstanceInfo, jobs_json
+from ..backend import Backend, InstanceInfo
 from ..errors import CapabilityError
 from ..job import Job
 from ..operations import fingerprint_mismatches
 from .candidates import Candidates
 from .support import EngineConfig, EngineLog
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "job_digest"]
 
 #: Compare the live instances' job fingerprints every this many registry refreshes.
 MISMATCH_CHECK_PERIODS = 30
@@ -64,11 +68,10 @@ class Registry:
         self._info = None
 
     def instance_info(self) -> InstanceInfo:
-        """What this instance tells the registry: who it is, its targets and the specs of
-        its jobs (built again only after :meth:`changed`)."""
+        """What this instance tells the registry: who it is, its targets and the digest of
+        its jobs, store name → fingerprint (built again only after :meth:`changed`)."""
         if self._info is not None:
             return self._info
-        jobs = {name: job.spec() for name, job in self.jobs.items()}
         self._info = InstanceInfo(
             instance_id=self.config.instance_id,
             host=socket.gethostname(),
@@ -76,8 +79,7 @@ class Registry:
             version=_version(),
             started_at=self._started_at,
             last_seen=0,
-            jobs=jobs,
-            jobs_json=jobs_json(self.config.instance_id, jobs),
+            jobs=job_digest(self.jobs.values()),
             targets=tuple(sorted(self.config.targets)),
         )
         return self._info
@@ -113,13 +115,7 @@ class Registry:
         last refresh, so its slots are rescued at most ``lease_ms + heartbeat_ms`` after.
         """
         now = self.config.clock()
-        entries = {
-            info.instance_id: {
-                job: str(spec.get("fingerprint", "")) for job, spec in info.jobs.items()
-            }
-            for info in live
-        }
-        departed = self.candidates.update(entries, now)
+        departed = self.candidates.update({info.instance_id: info.jobs for info in live}, now)
         if departed:
             self.log.info("instance(s) left the registry: %s", sorted(departed))
             self._on_departed(now)
@@ -147,6 +143,12 @@ class Registry:
                 "; ".join(f"{job} ({len(p)} versions)" for job, p in mismatches.items()),
             )
         self._reported_mismatches = set(mismatches)
+
+
+def job_digest(jobs: Iterable[Job]) -> dict[str, str]:
+    """The digest of a job set that a registry entry holds: store name → fingerprint
+    (a stored definition's job carries the definition's, which covers its version)."""
+    return {job.store_name: job.fingerprint for job in jobs}
 
 
 @functools.cache

@@ -22,7 +22,7 @@ from ..errors import CapabilityError, ConfigurationError
 from ..names import validate_job_name
 from ..operations import fingerprint_mismatches
 from ..records import HistoryQuery, Origin, RunRecord, Status, iso_utc
-from ..schedules import NO_SLOT, from_canonical
+from ..schedules import NO_SLOT
 
 __all__ = [
     "DEFAULT_RUNS_LIMIT",
@@ -131,23 +131,32 @@ async def jobs(
     actions: bool = False,
     now_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Every job the cluster knows, with its schedule, next slots, last run and stats."""
+    """Every job the cluster knows, with its schedule, next slots, last run and stats.
+
+    The jobs are those the live instances list (the registry holds each job's name and
+    fingerprint only), the paused ones and those with history in the window; a job's
+    schedule, zone and options come from its stored definition (code jobs are stored
+    by ``sync_code_jobs``, which a starting scheduler runs), read once per request.
+    """
     if not _is_int(window_ms) or not 0 < window_ms <= MAX_WINDOW_MS:
         raise ConfigurationError(
             f"window {window_ms!r} ms is not valid: give a duration from 1ms to 7d"
         )
     now = await backend.now_ms() if now_ms is None else now_ms
     since = now - window_ms
-    live, paused, recent = await asyncio.gather(
+    live, paused, recent, stored = await asyncio.gather(
         _live(backend),
         _paused(backend),
         backend.history(HistoryQuery(since=since, limit=DISCOVERY_RECORDS)),
+        _stored(backend),
     )
-    specs = _specs_by_job(live)
-    names = sorted({*specs, *paused, *(r.job for r in recent)})
+    holders = _holders_by_job(live)
+    names = sorted({*holders, *paused, *(r.job for r in recent)})
     rows = await asyncio.gather(
         *(
-            _job_row(backend, name, specs.get(name, []), name in paused, now, since)
+            _job_row(
+                backend, name, holders.get(name, []), stored.get(name), name in paused, now, since
+            )
             for name in names
         )
     )
@@ -162,7 +171,8 @@ async def jobs(
 async def _job_row(
     backend: Backend,
     name: str,
-    specs: list[dict[str, Any]],
+    fingerprints: list[str],
+    definition: Definition | None,
     paused: bool,
     now: int,
     since: int,
@@ -171,16 +181,16 @@ async def _job_row(
     truncated = len(records) > STATS_RECORDS
     records = records[:STATS_RECORDS]
     last = records[0] if records else await _latest(backend, name)
-    spec = specs[0] if specs else None
+    schedule = None if definition is None else definition.effective_schedule
     return {
         "job": name,
-        "schedule": None if spec is None else spec.get("schedule"),
-        "tz": None if spec is None else spec.get("tz"),
+        "schedule": None if schedule is None else schedule.describe(),
+        "tz": None if schedule is None else schedule.tz,
         "paused": paused,
-        "instances": len(specs),
-        "fingerprints": sorted({str(s.get("fingerprint")) for s in specs}),
-        "options": None if spec is None else spec.get("options"),
-        "next_slots": _next_slots(spec, now),
+        "instances": len(fingerprints),
+        "fingerprints": sorted(set(fingerprints)),
+        "options": None if definition is None else dict(definition.options),
+        "next_slots": [] if definition is None else _next_slots(definition, now),
         "last_run": None if last is None else last.to_json(),
         "stats": window_stats(records, truncated=truncated),
     }
@@ -191,26 +201,45 @@ async def _latest(backend: Backend, job: str) -> RunRecord | None:
     return older[0] if older else None
 
 
-def _specs_by_job(live: Sequence[InstanceInfo]) -> dict[str, list[dict[str, Any]]]:
-    """Each job's specs from the live instances, the newest-started instance's first."""
-    specs: dict[str, list[dict[str, Any]]] = {}
-    for info in sorted(live, key=lambda i: (-i.started_at, i.instance_id)):
-        for job, spec in info.jobs.items():
-            specs.setdefault(job, []).append(spec)
-    return specs
+def _holders_by_job(live: Sequence[InstanceInfo]) -> dict[str, list[str]]:
+    """Each job's fingerprints from the live instances that list it, one per instance."""
+    holders: dict[str, list[str]] = {}
+    for info in live:
+        for job, fingerprint in info.jobs.items():
+            holders.setdefault(job, []).append(fingerprint)
+    return holders
 
 
-def _next_slots(spec: dict[str, Any] | None, now: int) -> list[dict[str, Any]]:
-    if spec is None or not isinstance(spec.get("canonical"), str):
-        return []  # no live instance, or one too old to publish its canonical schedule
+async def _stored(backend: Backend) -> dict[str, Definition]:
+    """The stored definitions by store name (removed ones left out; none where the store
+    keeps no definitions)."""
     try:
-        schedule = from_canonical(spec["canonical"])
-    except ConfigurationError:
+        changes = await backend.definitions_since(0)
+    except CapabilityError:
+        return {}
+    latest = {change.job: change for change in changes}  # by version: the last one holds
+    out = {}
+    for job, change in latest.items():
+        if change.body is None:
+            continue
+        try:
+            out[job] = Definition.from_body(change.body, change.version)
+        except (ConfigurationError, ValueError):  # not valid (a newer writer): no schedule
+            continue
+    return out
+
+
+def _next_slots(definition: Definition, now: int) -> list[dict[str, Any]]:
+    """The next slots of a definition after ``now`` (none while it is disabled)."""
+    if not definition.enabled:
         return []
     slots: list[dict[str, Any]] = []
     after = now
+    schedule = definition.effective_schedule
     for _ in range(NEXT_SLOTS):
         after = schedule.next_slot(after)
+        if after >= NO_SLOT:
+            break
         slots.append({"slot": after, "at": iso_utc(after)})
     return slots
 
@@ -290,6 +319,7 @@ def instance_json(info: InstanceInfo) -> dict[str, Any]:
         "last_seen_at": iso_utc(info.last_seen),
         "skew_ms": info.skew_ms,
         "jobs": info.jobs,
+        "targets": list(info.targets),
     }
 
 
@@ -352,19 +382,12 @@ def definition_json(
     target_held = None
     if definition.owner == "store" and held is not None:
         target_held = definition.target in held
-    slots = []
-    after = now
-    for _ in range(5):
-        after = definition.effective_schedule.next_slot(after)
-        if after >= NO_SLOT:
-            break
-        slots.append({"slot": after, "at": iso_utc(after)})
     return {
         "job": job,
         "namespace": namespace,
         **definition.to_json(),
         "target_held": target_held,
-        "next_slots": slots if definition.enabled else [],
+        "next_slots": _next_slots(definition, now),
     }
 
 
@@ -444,8 +467,9 @@ _INSTANCE = _object(
         "started_at": _TEXT,
         "last_seen_at": _TEXT,
         "skew_ms": _INT,
-        "jobs": {"type": "object", "additionalProperties": _MAP},
-    }
+        "jobs": {"type": "object", "additionalProperties": _TEXT},
+    },
+    {"targets": {"type": "array", "items": _TEXT}},
 )
 _DEFINITION = _object(
     {

@@ -21,7 +21,7 @@ load_store_modules()
 
 
 def instance_with(job: str) -> InstanceInfo:
-    return InstanceInfo("api:1:000000", "api", 1, "test", 0, 0, {job: {"name": job}})
+    return InstanceInfo("api:1:000000", "api", 1, "test", 0, 0, {job: "0f3a9c1e5b7d2a64"})
 
 
 def offers(backend: Backend, op: str) -> bool:

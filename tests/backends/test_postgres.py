@@ -525,11 +525,11 @@ async def test_odd_names_in_the_operations_are_values_too() -> None:
             (job, f"{job} (by)") for job in ODD_NAMES
         }
         for job in ODD_NAMES:
-            info = InstanceInfo(job, job, 1, job, 0, 0, {job: {"schedule": job}})
+            info = InstanceInfo(job, job, 1, job, 0, 0, {job: job})
             await backend.register(info, 60_000)
         live = await backend.instances()
         assert [i.instance_id for i in live] == sorted(ODD_NAMES)  # code point order
-        assert all(i.jobs == {i.instance_id: {"schedule": i.instance_id}} for i in live)
+        assert all(i.jobs == {i.instance_id: i.instance_id} for i in live)
         for job in ODD_NAMES:
             await backend.unregister(job)
         assert await backend.instances() == []
@@ -555,21 +555,21 @@ async def test_nul_characters_in_free_text_are_replaced() -> None:
         slot = await backend.trigger("job", "by\x00")
         assert await backend.cancel("job", slot)
         assert (await backend.history(HistoryQuery()))[0].instance_id == "by\ufffd"
-        info = InstanceInfo("i\x00", "h\x00", 1, "v", 0, 0, {"j\x00": {"k": ["\x00"]}})
+        info = InstanceInfo("i\x00", "h\x00", 1, "v", 0, 0, {"j\x00": "f\x00"})
         await backend.register(info, 60_000)
         (live,) = await backend.instances()
         assert (live.instance_id, live.host, live.jobs) == (
             "i\ufffd",
             "h\ufffd",
-            {"j\ufffd": {"k": ["\ufffd"]}},
+            {"j\ufffd": "f\ufffd"},
         )
         await backend.unregister("i\x00")
         assert await backend.instances() == []
 
 
-async def test_a_job_spec_that_is_not_json_is_refused() -> None:
+async def test_a_registry_entry_that_is_not_json_is_refused() -> None:
     async with store() as backend:
-        info = InstanceInfo("i", "h", 1, "v", 0, 0, {"job": {"schedule": object()}})
+        info = InstanceInfo("i", "h", 1, "v", 0, 0, {"job": object()})
         with pytest.raises(ConfigurationError, match=r"'i'.*not JSON"):
             await backend.register(info, 60_000)
 

@@ -594,7 +594,7 @@ async def test_operations_keys() -> None:
 @pytest.mark.parametrize("strategy", CLAIM_ONLY)
 async def test_claim_only_strategies_keep_the_instance_registry(strategy: str) -> None:
     async with opened(strategy) as backend:
-        info = InstanceInfo("a:1:000000", "a", 1, "0.1.0", 1, 0, {"job": {"schedule": "1s"}})
+        info = InstanceInfo("a:1:000000", "a", 1, "0.1.0", 1, 0, {"job": "0f3a9c1e5b7d2a64"})
         before = await backend.now_ms()
         await backend.register(info, 60_000)
         await backend.register(replace(info, instance_id="b:1:000000"), 1)

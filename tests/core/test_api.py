@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from anarchon_core import Scheduler
+from anarchon_core import Scheduler, stored_jobs
 from anarchon_core.backend import ClaimRequest, InstanceInfo, Lease, TakeoverRequest
 from anarchon_core.backends.memory import MemoryBackend
 from anarchon_core.definitions import Definition
@@ -93,6 +93,10 @@ class Cluster:
         return Lease(lease.job, lease.slot, claim.attempt, token)
 
     async def register(self, instance_id: str, *jobs: Job, started: int = START) -> None:
+        """An instance as a starting scheduler makes it: its code jobs stored (where the
+        API reads their schedules), its registry entry listing their fingerprints."""
+        for each in jobs:
+            await store_code_job(self.backend, each)
         info = InstanceInfo(
             instance_id=instance_id,
             host=instance_id.split(":")[0],
@@ -100,9 +104,18 @@ class Cluster:
             version="0.1.0",
             started_at=started,
             last_seen=started,
-            jobs={job.name: job.spec() for job in jobs},
+            jobs={each.store_name: each.fingerprint for each in jobs},
         )
         await self.backend.register(info, ttl_ms=10 * MINUTE)
+
+
+async def store_code_job(backend: MemoryBackend, job: Job) -> None:
+    """Store ``job`` as an ``owner='code'`` definition, over whatever the store holds."""
+    definition = stored_jobs.code_definition(job)
+    assert definition is not None
+    current = await stored_jobs.get_definition(backend, job.name, None)
+    expected = 0 if current is None else current.version
+    await backend.write_definition(job.store_name, definition.body(), expected=expected)
 
 
 def job(name: str, every: str = "1m") -> Job:
@@ -204,7 +217,7 @@ def test_jobs_flag_instances_that_disagree_on_a_schedule() -> None:
 
     (row,) = run(go())["jobs"]
     assert len(row["fingerprints"]) == 2
-    assert row["schedule"] == "every 2m"  # the newest-started instance's spec is shown
+    assert row["schedule"] == "every 2m"  # as the newest-started instance stored it
 
 
 def test_window_stats_tell_takeovers_from_retries() -> None:

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from anarchon_core import stored_jobs
 from anarchon_core.backend import InstanceInfo
 from anarchon_core.backends.memory import MemoryBackend
 from anarchon_core.durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms
@@ -124,22 +125,29 @@ def round_trips(scheduler: Scheduler, name: str) -> None:
         retries = min(options.retries, options.max_attempts - 1)
         fits(slot, options.retry_backoff_ms * (2**retries - 1))
         assert 0 <= jitter_bound_ms(job, slot) <= min(options.jitter_ms, job.horizon_ms(slot))
-    json.dumps(job.spec())
-    row = asyncio.run(api_row(job.store_name, job.spec()))
+    row = asyncio.run(api_row(scheduler, name))
+    assert row["fingerprints"] == [job.fingerprint]
+    if ":" in name:  # not storable (a definition's name holds no ':'): shown without one
+        assert (row["schedule"], row["next_slots"]) == (None, [])
+        return
     assert row["schedule"] == job.describe()
     assert [s["slot"] for s in row["next_slots"]][:3] == slots
 
 
-async def api_row(store_name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """The dashboard's row of a job whose only live instance publishes ``spec``."""
+async def api_row(scheduler: Scheduler, name: str) -> dict[str, Any]:
+    """The dashboard's row of a job whose only live instance stored it at its start (the
+    registry lists its fingerprint; the schedule is read from the stored definition)."""
+    job = scheduler.jobs[name]
     backend = MemoryBackend(clock=lambda: NOW)
     await backend.open()
-    info = InstanceInfo("fuzz:1:abcdef", "host", 1, "test", NOW, NOW, {store_name: spec})
-    await backend.register(info, 60_000)
+    report = await stored_jobs.sync_code_jobs(backend, {name: job}, scheduler.namespace)
+    assert (report.not_storable if ":" in name else report.created) == [name]
+    digest = {job.store_name: job.fingerprint}
+    await backend.register(InstanceInfo("fuzz:1:abcdef", "host", 1, "test", NOW, NOW, digest), 1)
     data = await api.jobs(backend, now_ms=NOW)
     json.dumps(data)
     (row,) = data["jobs"]
-    assert row["job"] == store_name
+    assert row["job"] == job.store_name
     return dict(row)
 
 

@@ -186,15 +186,46 @@ def test_edits_are_refused_when_stale_or_shadowing_a_code_job() -> None:
     recorder = Recorder()
     store = MemoryBackend(clock=recorder.clock)
 
+    def replica(instance_id: str, job: str, *, sync: bool) -> Scheduler:
+        other = Scheduler(
+            store,
+            instance_id=instance_id,
+            heartbeat_ms=HEARTBEAT_MS,
+            lease_ms=LEASE_MS,
+            clock=LoopClock(BASE_MS),
+            sync_code_jobs=sync,
+        )
+        other.every(job, "1s")(recorder.handler(1))
+        return other
+
     async def main() -> None:
         (scheduler,) = cluster(store, recorder, n=1)
         scheduler.every("tick", "1s")(recorder.handler(1))
         with pytest.raises(ConfigurationError, match="shadow the code job"):
             await scheduler.add_definition(Definition.create("tick", Every("1s"), "reports.send"))
+        # Code jobs of other live instances: their registry entries list each job's name
+        # and fingerprint only; the stored definitions tell a code job from a stored one.
+        unsynced = replica("tock-1", "tock", sync=False)
+        synced = replica("tack-1", "tack", sync=True)
+        for other in (unsynced, synced):
+            await other.start()
+        await asyncio.sleep(0.3)  # both listed in the registry
+        assert await scheduler.get_definition("tock") is None  # not stored: a code job
+        with pytest.raises(ConfigurationError, match=r"shadow the code job .* on instance tock-1"):
+            await scheduler.add_definition(Definition.create("tock", Every("2s"), "reports.send"))
+        tack = await scheduler.get_definition("tack")
+        assert tack is not None and tack.owner == "code"  # stored by its start
+        with pytest.raises(ConfigurationError, match=r"shadow the code job .* owner 'code'"):
+            await scheduler.add_definition(Definition.create("tack", Every("2s"), "reports.send"))
+        await unsynced.stop()
         first = await scheduler.add_definition(
             Definition.create("report", Every("1s"), "reports.send")
         )
-        with pytest.raises(ConflictError, match="exists already"):
+        await scheduler.start()  # it runs the stored job: its entry lists "report"
+        await asyncio.sleep(0.3)
+        live = {info.instance_id: info.jobs.keys() for info in await scheduler.instances()}
+        assert live == {"i0": {"tick", "report"}, "tack-1": {"tack"}}
+        with pytest.raises(ConflictError, match="exists already"):  # a stored job's name
             await scheduler.add_definition(Definition.create("report", Every("2s"), "x.y"))
         await scheduler.update_definition(
             Definition.create("report", Every("2s"), "reports.send", version=first.version)
@@ -206,7 +237,9 @@ def test_edits_are_refused_when_stale_or_shadowing_a_code_job() -> None:
         assert stale.value.current > first.version
         report = await scheduler.get_definition("report")
         assert report is not None and report.schedule == Every("2s")
-        assert [d.name for d in await scheduler.definitions()] == ["report"]
+        # "tack" stays stored: its sync kept the code job that another live instance runs.
+        assert [d.name for d in await scheduler.definitions()] == ["report", "tack", "tick"]
+        await asyncio.gather(scheduler.stop(), synced.stop())
 
     run_virtual(main)
 

@@ -80,7 +80,7 @@ async def seed(backend: DjangoBackend) -> dict[str, int]:
     old = recent - 10 * DAY
     scheduler = Scheduler(MemoryBackend())
     jobs = {
-        name: scheduler.add_job(name, Every("1m"), lambda ctx: None).spec()
+        name: scheduler.add_job(name, Every("1m"), lambda ctx: None).fingerprint
         for name in ("shop.sync", "shop.report")
     }
     await backend.register(

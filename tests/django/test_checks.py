@@ -43,6 +43,7 @@ def test_defaults_map_onto_scheduler_kwargs() -> None:
         "grace_ms": 10_000,
         "candidates": 2,
         "enabled": None,
+        "sync_code_jobs": True,
         "jitter_ms": 500,
     }
 
@@ -62,6 +63,7 @@ def test_every_key_maps() -> None:
         "GRACE_MS": 0,
         "CANDIDATES": None,
         "ENABLED": False,
+        "SYNC_CODE_JOBS": False,
     }
     conf = read_settings(raw, DATABASES)
     assert conf.problems == ()
@@ -75,6 +77,7 @@ def test_every_key_maps() -> None:
     assert scheduler.history_retention_ms == 3 * 86_400_000
     assert scheduler.enabled is False
     assert scheduler.candidates is None
+    assert scheduler.sync_at_start is False
     job = scheduler.every("x", "1s", lambda ctx: None)
     assert (job.options.jitter_ms, job.options.catch_up) == (0, "latest")
     assert job.store_name == "shop:x"

@@ -282,7 +282,7 @@ class PostgresContract(Backend):
             text = json.dumps(_without_nul(info.to_json()), separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(
-                f"instance {info.instance_id!r}: its job specs are not JSON values ({exc})"
+                f"instance {info.instance_id!r}: its registry entry is not JSON values ({exc})"
             ) from exc
         params = {"id": _text(info.instance_id), "info": text, "ttl": ttl_ms}
         await self._rows(self.sql.register, params)

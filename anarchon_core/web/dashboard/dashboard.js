@@ -297,7 +297,10 @@
         title: `Live instances disagree on this job's schedule (fingerprints ${fps.join(', ')}): see Instances`,
       }, '⚠ mismatch'));
     const schedCell = td('Schedule',
-      job.schedule ? h('code', {}, job.schedule) : muted('no live instance'),
+      job.schedule ? h('code', {}, job.schedule)
+        : job.instances ? h('span', {
+          class: 'muted', title: 'The store keeps no definition of this job (a custom schedule, or a store without a job table)',
+        }, 'not stored') : muted('no live instance'),
       job.instances ? h('div', { class: 'muted small' }, plural(job.instances, 'instance')) : null);
     const nextCell = td('Next slots', next.length
       ? h('div', { class: 'next' }, timeEl(next[0].at, next[0].slot),
