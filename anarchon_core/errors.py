@@ -7,6 +7,7 @@
     │   └── CapabilityError               a feature the chosen backend cannot honour
     ├── SchedulerStateError (RuntimeError) start() on a running scheduler, and the like
     ├── ConflictError                     an edit named a definition version that is gone
+    ├── MissingTargetError                a stored definition's target is held nowhere
     ├── RunCancelled                      raised by ctx.raise_if_cancelled() in a handler
     └── BackendError                      the store failed
         ├── BackendUnavailable            could not reach the store (retried with backoff)
@@ -28,6 +29,7 @@ __all__ = [
     "CapabilityError",
     "ConfigurationError",
     "ConflictError",
+    "MissingTargetError",
     "RunCancelled",
     "SchedulerStateError",
     "SchemaVersionError",
@@ -80,6 +82,11 @@ class ConflictError(AnarchonError):
     def __init__(self, message: str, *, current: int) -> None:
         super().__init__(message)
         self.current = current
+
+
+class MissingTargetError(AnarchonError):
+    """A stored definition's target is registered on no live instance: its run records
+    this failure instead of passing in silence."""
 
 
 class RunCancelled(AnarchonError):

@@ -166,6 +166,9 @@ class Job:
     version: int | None = None
     """The stored definition's version this job was built from (``None``: a code job);
     its claims name it, so that the store refuses them once the definition changed."""
+    missing_target: str | None = None
+    """A stored definition's target that this instance does not hold: it claims the
+    job's slots only when no live instance holds the target, to record the failure."""
 
     @classmethod
     def define(

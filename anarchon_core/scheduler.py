@@ -407,12 +407,10 @@ class Scheduler:
         target = self._targets.get(definition.target)
         if target is None:
             held = ", ".join(sorted(self._targets)) or "none"
-            raise ConfigurationError(
-                f"target {definition.target!r} is not registered on this instance "
-                f"(registered: {held})"
-            )
-        bound = stored_jobs.bind_target(target, definition.args, definition.kwargs)
-        handler = self.prepare_handler(definition.name, bound, {}) or bound
+            handler: Handler = stored_jobs.missing_target(definition.target, held)
+        else:
+            bound = stored_jobs.bind_target(target, definition.args, definition.kwargs)
+            handler = self.prepare_handler(definition.name, bound, {}) or bound
         job = Job.define(
             definition.name,
             definition.effective_schedule,
@@ -423,7 +421,10 @@ class Scheduler:
             options=definition.options,
         )
         return dataclasses.replace(
-            job, version=definition.version, fingerprint=definition.fingerprint()
+            job,
+            version=definition.version,
+            fingerprint=definition.fingerprint(),
+            missing_target=None if target is not None else definition.target,
         )
 
     # -- stored definitions ----------------------------------------------------------

@@ -22,7 +22,7 @@ from .backend import Backend, StoredDefinition
 from .definitions import Definition
 from .durations import format_duration_ms
 from .engine.definitions import in_namespace
-from .errors import CapabilityError, ConfigurationError, ConflictError
+from .errors import CapabilityError, ConfigurationError, ConflictError, MissingTargetError
 from .job import Handler, Job, JobOptions
 from .names import store_name, validate_namespace
 from .schedules import Cron, Every
@@ -37,6 +37,7 @@ __all__ = [
     "definitions",
     "export_file",
     "get_definition",
+    "missing_target",
     "plan_apply",
     "read_file_definitions",
     "remove_definition",
@@ -209,6 +210,20 @@ def bind_target(
 
     def run(ctx: Any) -> Any:
         return target(ctx, *args, **frozen)
+
+    return run
+
+
+def missing_target(target: str, held: str) -> Handler:
+    """The handler of a definition whose target this instance lacks: it runs only when no
+    live instance holds the target, and fails saying so."""
+
+    def run(ctx: Any) -> None:
+        raise MissingTargetError(
+            f"target {target!r} is registered on no live instance (this one has: {held}); "
+            f"register it in code (@scheduler.target({target!r})) on the instances that "
+            "should run it"
+        )
 
     return run
 

@@ -119,6 +119,8 @@ class Candidates:
         self._read_at: int | None = None
         self._names: dict[str, int] = {}  # job store name -> its hash
         self._me = stable_hash(me)
+        #: The targets the live instances of the view hold (for stored definitions).
+        self.targets_held: frozenset[str] = frozenset()
 
     @property
     def instances(self) -> frozenset[str]:

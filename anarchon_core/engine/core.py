@@ -218,6 +218,8 @@ class Engine:
         self._claiming.add(self._spawn(self.slots.run(), forever=True))
         if self._lease:
             for job in self.jobs.values():
+                if job.missing_target is not None:
+                    continue  # runs only to record that no instance holds its target
                 if job.options.catch_up != "none":
                     self._spawn(self.catch_up.run(job))
                 else:
@@ -246,7 +248,12 @@ class Engine:
             self.jobs[name] = job
             if self._looping:
                 self.slots.add(job)
-                if old is None and self._lease and job.options.catch_up != "none":
+                if (
+                    old is None
+                    and self._lease
+                    and job.options.catch_up != "none"
+                    and job.missing_target is None
+                ):
                     self._spawn(self.catch_up.run(job))
         self.registry.changed()
 

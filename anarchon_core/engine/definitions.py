@@ -174,7 +174,13 @@ class Follower:
             return
         verb = "changed" if change.job in self.planned else "planned"
         self.planned[change.job] = change.version
-        self.log.info("stored job %s %s (version %d)", change.job, verb, change.version)
+        unheld = (
+            f"; its target {job.missing_target!r} is not registered here: this instance "
+            "runs it only to record a failure while no live instance holds the target"
+            if job.missing_target is not None
+            else ""
+        )
+        self.log.info("stored job %s %s (version %d)%s", change.job, verb, change.version, unheld)
         self._on_change(change.job, job)
 
     def _job_of(self, change: StoredDefinition) -> tuple[Job | None, str]:

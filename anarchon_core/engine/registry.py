@@ -79,7 +79,8 @@ class Registry:
             version=_version(),
             started_at=self._started_at,
             last_seen=0,
-            jobs=job_digest(self.jobs.values()),
+            # A job whose target this instance lacks is not held here: not listed.
+            jobs=job_digest(j for j in self.jobs.values() if j.missing_target is None),
             targets=tuple(sorted(self.config.targets)),
         )
         return self._info
@@ -116,6 +117,7 @@ class Registry:
         """
         now = self.config.clock()
         departed = self.candidates.update({info.instance_id: info.jobs for info in live}, now)
+        self.candidates.targets_held = frozenset(t for info in live for t in info.targets)
         if departed:
             self.log.info("instance(s) left the registry: %s", sorted(departed))
             self._on_departed(now)

@@ -40,6 +40,7 @@ from .planner import (
     Due,
     Stage,
     claim_delay_ms,
+    claim_window_ms,
     first_claimable,
     jitter_ms,
 )
@@ -175,6 +176,8 @@ class SlotLoop:
                 continue  # a definition changed or removed since
             if entry.stage == Stage.PLAN:
                 run = self._plan(entry.job, entry.slot, now)
+            elif entry.job.missing_target is not None and not self._held_nowhere(entry.job, now):
+                run = None  # an instance holding the target appeared: it claims
             elif entry.stage == Stage.CLAIM or self._undefer(entry.job, entry.slot):
                 run = self._pending(entry.job, entry.slot, entry.at - entry.slot, now)
             else:
@@ -200,6 +203,11 @@ class SlotLoop:
         if self._defer(job, slot):  # the job is being caught up: claimed after it
             self._push(job, slot, Stage.DEFERRED, at=slot + job.horizon_ms(slot) // 2)
             return None
+        if job.missing_target is not None:  # runs only to record that nobody holds it
+            if not self._held_nowhere(job, now):
+                return None
+            self._push(job, slot, Stage.CLAIM, at=slot + claim_window_ms(job.horizon_ms(slot)))
+            return None
         turn = self.candidates.turn(job.store_name, job.fingerprint, slot, now)
         if turn.role == Role.UNRANKED:
             delay: int | None = jitter_ms(self._seed, job, slot)
@@ -212,6 +220,13 @@ class SlotLoop:
             self._push(job, slot, Stage.CLAIM, at=slot + delay)
             return None
         return self._pending(job, slot, max(now - slot, 0), now)
+
+    def _held_nowhere(self, job: Job, now: int) -> bool:
+        """Whether a fresh registry view shows no live instance holding the job's target
+        (without a fresh view the instance cannot say, and leaves the slot)."""
+        return (
+            self.candidates.has_view(now) and job.missing_target not in self.candidates.targets_held
+        )
 
     def _report_gap(self, job: Job, gap: int) -> None:
         """The gap the cluster waits through now (for ``every``, the interval): what a

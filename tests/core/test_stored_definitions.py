@@ -14,6 +14,7 @@ from virtual import BASE_MS, Recorder, run_virtual
 
 from anarchon_core import BackgroundScheduler, MemoryBackend, RunContext, Scheduler
 from anarchon_core.definitions import Definition
+from anarchon_core.records import HistoryQuery, RunRecord, Status, error_summary
 from anarchon_core.errors import ConfigurationError, ConflictError
 from anarchon_core.schedules import At, Every
 from anarchon_core.testing import LoopClock
@@ -318,3 +319,37 @@ def test_one_offs_that_fired_are_removed_after_the_retention_unless_kept() -> No
         return [d.name for d in await scheduler.definitions()]
 
     assert run_virtual(main) == ["every", "kept", "new"]
+
+
+def test_a_target_that_no_live_instance_holds_records_a_failure_per_slot() -> None:
+    """An instance lacking a definition's target never runs it while another instance
+    holds it; while none does, one instance records each slot as failed, saying so."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+
+    async def main() -> list[RunRecord]:
+        holders = cluster(store, recorder, n=2)
+        lacking = Scheduler(
+            store,
+            instance_id="lacking",
+            heartbeat_ms=HEARTBEAT_MS,
+            lease_ms=LEASE_MS,
+            clock=LoopClock(BASE_MS),
+        )
+        lacking.add_target("other.thing", recorder.handler(1))
+        for scheduler in (*holders, lacking):
+            await scheduler.start()
+        await lacking.add_definition(Definition.create("held", Every("1s"), "reports.send"))
+        await lacking.add_definition(Definition.create("nowhere", Every("1s"), "no.such"))
+        await asyncio.sleep(4.5)
+        await asyncio.gather(*(s.stop() for s in (*holders, lacking)))
+        return await store.history(HistoryQuery(limit=1000))
+
+    records = run_virtual(main)
+    held = [r for r in records if r.job == "held"]
+    assert held and all(r.status == Status.SUCCESS and r.instance_id != "lacking" for r in held)
+    nowhere = [r for r in records if r.job == "nowhere"]
+    assert len(nowhere) == len({r.slot for r in nowhere}) >= 3, "one record per slot"
+    assert all(r.status == Status.FAILED for r in nowhere)
+    summary = error_summary(nowhere[0].error)
+    assert summary is not None and "MissingTargetError: target 'no.such'" in summary
