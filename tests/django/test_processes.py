@@ -236,3 +236,46 @@ def test_run_reload_starts_the_scheduler_under_the_autoreloader(tmp_path: Path) 
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_stored_definitions_are_followed_by_every_process(store: str, tmp_path: Path) -> None:
+    """``manage.py anarchon jobs add|apply`` on the project's store while three
+    ``manage.py anarchon run`` processes run: each slot of the target ``shop.report``
+    runs once, a change of schedule is followed without a restart, a removal stops it."""
+    from django.core.management import call_command
+
+    jobs = [{"name": "tick", "every": "10s"}]  # the project defines jobs: SPECS is set
+    first = tmp_path / "first.json"
+    first.write_text(
+        '[{"name": "report", "schedule": {"every": "1s"}, "target": "shop.report", "args": [1]}]'
+    )
+    second = tmp_path / "second.json"
+    second.write_text(
+        '[{"name": "report", "schedule": {"every": "2s", "offset": "500ms"},'
+        ' "target": "shop.report", "args": [2]}]'
+    )
+    with cluster(tmp_path, store, jobs, JITTER_MS=100) as c:
+        c.start_all(3)
+        call_command("anarchon", "jobs", "add", str(first), "--backend", store)
+        c.wait_for(lambda ev: len(starts(ev, "report")) >= 3, 10, "runs every second")
+        call_command("anarchon", "jobs", "apply", str(second), "--yes", "--backend", store)
+        changed = time.time()
+        c.wait_for(
+            lambda ev: len([e for e in starts(ev, "report") if e["t"] > changed + 1]) >= 2,
+            10,
+            "runs every 2 s",
+        )
+        empty = tmp_path / "empty.json"
+        empty.write_text("[]")
+        call_command("anarchon", "jobs", "apply", str(empty), "--yes", "--backend", store)
+        removed = time.time()
+        time.sleep(2.5)
+        c.stop_all()
+        events, logs = c.events(), c.logs()
+    assert "Traceback" not in logs
+    runs = starts(events, "report")
+    slots = [e["slot"] for e in runs]
+    assert len(slots) == len(set(slots)), "a slot ran twice"
+    after = [e for e in runs if e["t"] > changed]
+    assert after and all(e["slot"] % 2000 == 500 and e["args"] == [2] for e in after), after
+    assert not [e for e in runs if e["t"] > removed + 0.3], "ran after its removal"

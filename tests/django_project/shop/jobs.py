@@ -3,7 +3,8 @@
 Without ``$ANARCHON_TEST_JOBS`` it defines two example jobs. The process tests set it
 to a JSON list of ``{"name", "every", "sleep_s", "kind", "orm", "transactional"}``
 specs (as in ``tests/multiprocess/worker.py``, whose handlers append to
-``$ANARCHON_TEST_EVENTS``). A ``transactional`` job writes an ``auth.Group`` row named
+``$ANARCHON_TEST_EVENTS``), and registers the target ``shop.report`` that stored
+definitions run. A ``transactional`` job writes an ``auth.Group`` row named
 ``tx:SLOT:ATTEMPT:PID`` after its handler and emits ``written`` before the commit and
 ``committed`` once its transaction committed.
 """
@@ -85,3 +86,19 @@ if SPECS is None:
 else:
     for _spec in SPECS:
         _define(_spec)
+
+    @scheduler.target("shop.report")
+    def report(ctx: RunContext, *args: Any, **kwargs: Any) -> None:
+        """What stored definitions run in the process tests: queries the ORM, records."""
+        from multiprocess.worker import emit
+
+        _orm_query()
+        emit(
+            os.environ["ANARCHON_TEST_EVENTS"],
+            e="start",
+            job=ctx.job,
+            slot=ctx.slot,
+            attempt=ctx.attempt,
+            instance=ctx.instance_id,
+            args=list(args),
+        )
