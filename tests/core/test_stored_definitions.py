@@ -14,8 +14,8 @@ from virtual import BASE_MS, Recorder, run_virtual
 
 from anarchon_core import BackgroundScheduler, MemoryBackend, RunContext, Scheduler
 from anarchon_core.definitions import Definition
-from anarchon_core.records import HistoryQuery, RunRecord, Status, error_summary
 from anarchon_core.errors import ConfigurationError, ConflictError
+from anarchon_core.records import HistoryQuery, RunRecord, Status, error_summary
 from anarchon_core.schedules import At, Every
 from anarchon_core.testing import LoopClock
 
