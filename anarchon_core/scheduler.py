@@ -163,6 +163,8 @@ class Scheduler:
         self._jobs: dict[str, Job] = {}
         #: Handlers that stored definitions may name, by target name.
         self._targets: dict[str, Callable[..., Any]] = {}
+        #: The targets called as ``handler(ctx, definition)``.
+        self._whole_definition: set[str] = set()
         self._engine: Engine | None = None
         self._lock = threading.Lock()
         self.metrics_registry = metrics_registry
@@ -360,11 +362,16 @@ class Scheduler:
         """The registered targets by name (read-only)."""
         return MappingProxyType(self._targets)
 
-    def add_target(self, name: str, handler: Callable[..., Any]) -> None:
+    def add_target(
+        self, name: str, handler: Callable[..., Any], *, takes_definition: bool = False
+    ) -> None:
         """Let stored definitions run ``handler(ctx, *args, **kwargs)`` as target ``name``.
 
         A store never supplies code: a definition names one of these, and runs only on
         the instances that registered it (each publishes its targets in the registry).
+        ``takes_definition``: called as ``handler(ctx, definition)`` instead, for an
+        adapter that reads more than the arguments (Celery's send options in
+        ``definition.target_options``).
 
         :raises ConfigurationError: a bad name, a handler that takes no ``ctx``, a name
             registered twice, or a running scheduler.
@@ -383,6 +390,8 @@ class Scheduler:
             if name in self._targets:
                 raise ConfigurationError(f"target {name!r} is registered twice: names are unique")
             self._targets[name] = handler
+            if takes_definition:
+                self._whole_definition.add(name)
 
     def target(self, name: str) -> Callable[[T], T]:
         """Decorator form of :meth:`add_target`::
@@ -409,7 +418,10 @@ class Scheduler:
             held = ", ".join(sorted(self._targets)) or "none"
             handler: Handler = stored_jobs.missing_target(definition.target, held)
         else:
-            bound = stored_jobs.bind_target(target, definition.args, definition.kwargs)
+            if definition.target in self._whole_definition:
+                bound = stored_jobs.bind_target(target, (definition,), {})
+            else:
+                bound = stored_jobs.bind_target(target, definition.args, definition.kwargs)
             handler = self.prepare_handler(definition.name, bound, {}) or bound
         job = Job.define(
             definition.name,

@@ -353,3 +353,33 @@ def test_a_target_that_no_live_instance_holds_records_a_failure_per_slot() -> No
     assert all(r.status == Status.FAILED for r in nowhere)
     summary = error_summary(nowhere[0].error)
     assert summary is not None and "MissingTargetError: target 'no.such'" in summary
+
+
+def test_a_target_may_take_the_whole_definition() -> None:
+    """An adapter's target reads more than the arguments (Celery's send options)."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+    seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    async def main() -> None:
+        scheduler = Scheduler(store, heartbeat_ms=HEARTBEAT_MS, clock=LoopClock(BASE_MS))
+
+        async def send(ctx: RunContext, definition: Definition) -> None:
+            seen.append((definition.args, dict(definition.target_options)))
+
+        scheduler.add_target("proj.tasks.add", send, takes_definition=True)
+        await scheduler.add_definition(
+            Definition.create(
+                "add",
+                Every("1s"),
+                "proj.tasks.add",
+                args=[1, 2],
+                target_options={"queue": "math", "priority": 3},
+            )
+        )
+        await scheduler.start()
+        await asyncio.sleep(1.5)
+        await scheduler.stop()
+
+    run_virtual(main)
+    assert seen == [((1, 2), {"queue": "math", "priority": 3})]
