@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
+from django.db import connection, connections
 
 from anarchon_core import RunContext
 from anarchon_core.records import Origin
@@ -85,7 +85,7 @@ def test_async_handler_runs_its_orm_calls_in_its_own_context_thread() -> None:
 
     def query() -> int:
         seen.setdefault("threads", set()).add(threading.get_ident())
-        seen["wrapper"] = connection  # this thread's DatabaseWrapper
+        seen["wrapper"] = connections["default"]  # this thread's DatabaseWrapper, not the proxy
         return ContentType.objects.count()
 
     async def handler(ctx: RunContext) -> int:
