@@ -363,6 +363,15 @@ def send_options(
     return options
 
 
+def definition_send_options(definition: Definition, task: str) -> dict[str, Any]:
+    """The send options of a stored definition naming ``task`` (see :func:`send_options`).
+
+    The beat checks them when it plans the definition (a refusal is logged then, and
+    each run fails with it) and again at each send."""
+    where = f"definition {definition.name!r} (target {task!r}): target_options"
+    return send_options(definition.target_options, where)
+
+
 def _bad(where: str, key: str, value: Any, form: str) -> NoReturn:
     raise ConfigurationError(f"{where}: {key} {brief(value)} is not valid: give {form}")
 
@@ -534,7 +543,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                     text if text.startswith("anarchon_entries") else f"beat entry {name!r}: {text}"
                 )
         for task in self._target_names(settings["targets"]):
-            core.add_target(task, self._target(task), takes_definition=True)
+            check = functools.partial(definition_send_options, task=task)
+            core.add_target(task, self._target(task), takes_definition=True, check=check)
         try:
             core.validate()  # lease-only options on a claim-only store: refuse now
         except ConfigurationError as exc:
@@ -574,8 +584,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         with the definition's arguments and ``target_options``."""
 
         async def send(ctx: RunContext, definition: Definition) -> None:
-            where = f"definition {definition.name!r} (target {task!r}): target_options"
-            options = send_options(definition.target_options, where)  # before the send
+            options = definition_send_options(definition, task)
             args, kwargs = list(definition.args), dict(definition.kwargs)
             assert self._core is not None
             job = store_name(self._core.namespace, ctx.job)

@@ -236,3 +236,30 @@ def test_a_beat_follows_stored_definitions_and_sends_code_jobs_once(make_app, mo
     assert {record.meta.get("task_id") for record in history} == {
         anarchon_celery.task_id_for("proj:stored", slot) for slot in by_job["proj:stored"]
     }
+
+
+def test_a_bad_key_is_logged_when_the_beat_reads_it_and_fails_each_run(
+    make_app, monkeypatch, caplog
+):
+    caplog.set_level(logging.INFO, logger="anarchon")
+    app = tasked_app(make_app, anarchon_jitter_ms=0)
+    sent = Sent()
+    monkeypatch.setattr(app, "send_task", sent)
+    sched = anarchon_celery.Scheduler(app=app)
+    try:
+        sched.tick()
+        assert sched._background is not None
+        sched._background.add_definition(
+            Definition.create("typo", {"every": "1s"}, "proj.sync", target_options={"queu": "q"})
+        )
+        time.sleep(2.5)
+    finally:
+        sched.close()
+    assert not sent.calls
+    warned = [r.getMessage() for r in caplog.records if "cannot run as it is" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "stored job proj:typo (version" in warned[0]
+    assert "unknown key 'queu'; did you mean 'queue'? accepted keys: queue," in warned[0]
+    assert sched._core is not None
+    failed = asyncio.run(sched._core.history(job="proj:typo", status=Status.FAILED))
+    assert failed and all("unknown key 'queu'" in str(record.error) for record in failed)
