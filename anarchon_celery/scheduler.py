@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import difflib
 import functools
 import hashlib
@@ -26,7 +27,7 @@ from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from celery import beat  # type: ignore[import-untyped]
@@ -36,16 +37,25 @@ from anarchon_core.backend import local_note
 from anarchon_core.backends import backend_from_url, mask_url
 from anarchon_core.background import BackgroundScheduler
 from anarchon_core.context import RunContext
+from anarchon_core.definitions import Definition, validate_target
 from anarchon_core.errors import ConfigurationError
 from anarchon_core.job import validate_option_keys
-from anarchon_core.names import MAX_NAME_LENGTH, NAMESPACE_FORM, validate_job_name
-from anarchon_core.redact import brief_url
+from anarchon_core.names import MAX_NAME_LENGTH, NAMESPACE_FORM, store_name, validate_job_name
+from anarchon_core.redact import brief, brief_url
 from anarchon_core.scheduler import Scheduler as CoreScheduler
 from anarchon_core.schedules import Cron, Every, Schedule
 from anarchon_core.settings import SCHEDULER_SETTINGS, Setting, one_of
 from anarchon_core.settings import read_settings as read_core_settings
 
-__all__ = ["TICK_SECONDS", "Scheduler", "cron_expression", "job_name", "task_id_for"]
+__all__ = [
+    "TARGET_OPTION_KEYS",
+    "TICK_SECONDS",
+    "Scheduler",
+    "cron_expression",
+    "job_name",
+    "send_options",
+    "task_id_for",
+]
 
 logger = logging.getLogger("anarchon.celery")
 
@@ -78,6 +88,15 @@ def _entries(value: Any, _values: Mapping[str, Any]) -> Mapping[str, Mapping[str
     raise ValueError
 
 
+def _targets(value: Any, _values: Mapping[str, Any]) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ValueError
+    names = tuple(value)
+    for name in names:
+        validate_target(name)  # a ConfigurationError: reported as a bad value
+    return names
+
+
 #: The ``anarchon_*`` settings of this adapter, besides the core's (``anarchon_backend``,
 #: ``anarchon_jitter_ms``, …). A ``None`` catch-up is the core's default (``"latest"``,
 #: which a claim-only store ignores); a ``None`` backend is :func:`default_store`'s.
@@ -92,6 +111,12 @@ CELERY_SETTINGS: Mapping[str, Setting] = {
         "deterministic",
     ),
     "allow_local_tz": Setting("True or False", one_of(True, False), False),
+    "targets": Setting(
+        "a list of task names (1-200 characters of A-Z a-z 0-9 _ . : -) that stored "
+        "definitions may name besides the app's tasks; they are sent by name",
+        _targets,
+        (),
+    ),
 }
 
 
@@ -270,6 +295,106 @@ def plan_entry(
     return result, validate_option_keys(options, own)
 
 
+# -- stored definitions: Celery send options ----------------------------------------------
+
+#: The keys a stored definition's ``target_options`` may hold: Celery's send options (as
+#: django-celery-beat's ``PeriodicTask`` has them; ``expire_seconds`` is its name for
+#: ``expires`` in seconds).
+TARGET_OPTION_KEYS = (
+    "queue",
+    "exchange",
+    "routing_key",
+    "headers",
+    "priority",
+    "expires",
+    "expire_seconds",
+)
+_MAX_PRIORITY = 255
+
+
+def send_options(
+    target_options: Mapping[str, Any], where: str = "target_options"
+) -> dict[str, Any]:
+    """The ``send_task`` options of a definition's ``target_options``.
+
+    ``expires`` is a number of seconds from the send or an ISO 8601 instant with a UTC
+    offset (as ``apply_async`` takes it); ``expire_seconds`` is the same as seconds.
+
+    :raises ConfigurationError: an unknown key (with the closest accepted one and the
+        list) or a bad value, naming ``where`` and the key."""
+    unknown = sorted(set(target_options) - set(TARGET_OPTION_KEYS))
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), TARGET_OPTION_KEYS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigurationError(
+            f"{where}: unknown key {unknown[0]!r}; {hint}accepted keys: "
+            + ", ".join(TARGET_OPTION_KEYS)
+        )
+    options: dict[str, Any] = {}
+    for key in ("queue", "exchange", "routing_key"):
+        if key in target_options:
+            value = target_options[key]
+            if not isinstance(value, str) or not value:
+                _bad(where, key, value, "a non-empty string")
+            options[key] = value
+    if "headers" in target_options:
+        headers = target_options["headers"]
+        if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
+            _bad(where, "headers", headers, "an object with string keys")
+        options["headers"] = dict(headers)
+    if "priority" in target_options:
+        priority = target_options["priority"]
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            _bad(where, "priority", priority, f"an integer from 0 to {_MAX_PRIORITY}")
+        if not 0 <= priority <= _MAX_PRIORITY:
+            _bad(where, "priority", priority, f"an integer from 0 to {_MAX_PRIORITY}")
+        options["priority"] = priority
+    if "expires" in target_options and "expire_seconds" in target_options:
+        raise ConfigurationError(
+            f"{where}: give expires or expire_seconds, not both (both set the message's expiry)"
+        )
+    if "expire_seconds" in target_options:
+        options["expires"] = _seconds(where, "expire_seconds", target_options["expire_seconds"])
+    if "expires" in target_options:
+        value = target_options["expires"]
+        options["expires"] = (
+            _instant(where, value) if isinstance(value, str) else _seconds(where, "expires", value)
+        )
+    return options
+
+
+def definition_send_options(definition: Definition, task: str) -> dict[str, Any]:
+    """The send options of a stored definition naming ``task`` (see :func:`send_options`).
+
+    The beat checks them when it plans the definition (a refusal is logged then, and
+    each run fails with it) and again at each send."""
+    where = f"definition {definition.name!r} (target {task!r}): target_options"
+    return send_options(definition.target_options, where)
+
+
+def _bad(where: str, key: str, value: Any, form: str) -> NoReturn:
+    raise ConfigurationError(f"{where}: {key} {brief(value)} is not valid: give {form}")
+
+
+_EXPIRES_FORM = "a number of seconds (>= 0) or an ISO 8601 instant with a UTC offset"
+
+
+def _seconds(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+        _bad(where, key, value, _EXPIRES_FORM if key == "expires" else "a number of seconds >= 0")
+    return float(value)
+
+
+def _instant(where: str, value: str) -> dt.datetime:
+    try:
+        instant = dt.datetime.fromisoformat(value)
+    except ValueError:
+        instant = None
+    if instant is None or instant.utcoffset() is None:
+        _bad(where, "expires", value, _EXPIRES_FORM)
+    return instant
+
+
 # -- sending ---------------------------------------------------------------------------
 
 
@@ -417,6 +542,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 problems.append(
                     text if text.startswith("anarchon_entries") else f"beat entry {name!r}: {text}"
                 )
+        for task in self._target_names(settings["targets"]):
+            check = functools.partial(definition_send_options, task=task)
+            core.add_target(task, self._target(task), takes_definition=True, check=check)
         try:
             core.validate()  # lease-only options on a claim-only store: refuse now
         except ConfigurationError as exc:
@@ -434,14 +562,60 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         send.__name__ = send.__qualname__ = f"send:{entry_name}"
         return send
 
+    def _target_names(self, extra: Iterable[str]) -> list[str]:
+        """The targets stored definitions may name: the app's tasks and the tasks of the
+        beat entries (Celery's own ``celery.*`` left out), and ``anarchon_targets``."""
+        known = {str(name) for name in self.app.tasks}
+        known |= {str(entry.task) for entry in self.schedule.values()}
+        names = set(extra)
+        for name in sorted(known - names):
+            if name.startswith("celery."):
+                continue
+            try:
+                validate_target(name)
+            except ConfigurationError as exc:
+                logger.debug("task %r cannot be a target of stored definitions: %s", name, exc)
+                continue
+            names.add(name)
+        return sorted(names)
+
+    def _target(self, task: str) -> Any:
+        """The target ``task``: a won run of a stored definition naming it sends the task
+        with the definition's arguments and ``target_options``."""
+
+        async def send(ctx: RunContext, definition: Definition) -> None:
+            options = definition_send_options(definition, task)
+            args, kwargs = list(definition.args), dict(definition.kwargs)
+            assert self._core is not None
+            job = store_name(self._core.namespace, ctx.job)
+            await self._sender.submit(
+                lambda: self._publish(ctx, job, definition.name, task, args, kwargs, options)
+            )
+
+        send.__name__ = send.__qualname__ = f"send:{task}"
+        return send
+
     def _send(self, entry_name: str, ctx: RunContext) -> None:
         """Send the entry's task (in the sender thread); a publish error fails the attempt."""
         assert self._core is not None
         entry = self.schedule[entry_name]
         args = beat._evaluate_entry_args(entry.args)
         kwargs = beat._evaluate_entry_kwargs(entry.kwargs)
-        options = dict(entry.options)
         job = self._core.jobs[ctx.job].store_name
+        self._publish(ctx, job, entry_name, entry.task, args, kwargs, dict(entry.options))
+
+    def _publish(
+        self,
+        ctx: RunContext,
+        job: str,
+        label: str,
+        task: str,
+        args: Any,
+        kwargs: Any,
+        options: dict[str, Any],
+    ) -> None:
+        """Publish a won run of ``job`` (a beat entry's or a stored definition's, named
+        ``label`` in the log), with its headers and task id, on beat's producer."""
         headers = {"celery_beat_task": True, **(options.get("headers") or {})}
         headers.update(anarchon_job=job, anarchon_slot=ctx.slot, anarchon_attempt=ctx.attempt)
         options["headers"] = headers
@@ -449,8 +623,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             random = self._settings["task_id"] == "random"
             options["task_id"] = str(uuid.uuid4()) if random else task_id_for(job, ctx.slot)
         ctx.meta["task_id"] = options["task_id"]
-        ctx.logger.info("sending %s (%s) as %s", entry_name, entry.task, options["task_id"])
-        self.app.send_task(entry.task, args, kwargs, producer=self.producer, **options)
+        ctx.logger.info("sending %s (%s) as %s", label, task, options["task_id"])
+        self.app.send_task(task, args, kwargs, producer=self.producer, **options)
 
     # -- beat's loop ------------------------------------------------------------------
     def tick(self, *args: Any, **kwargs: Any) -> float:
@@ -496,9 +670,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         except ConfigurationError:
             return "anarchon: configuration error (beat logs every problem and stops)"
         count = len(self._core.jobs) if self._core else len(self.app.conf.beat_schedule or {})
+        targets = ""
+        if self._core is not None:
+            held = len(self._core.targets)
+            targets = f", {held} task{'' if held == 1 else 's'} for stored definitions"
         return (
             f"anarchon: store {mask_url(settings['backend'])}{local_note(store)}, namespace "
-            f"{settings['namespace']!r}, {count} entr{'y' if count == 1 else 'ies'}"
+            f"{settings['namespace']!r}, {count} entr{'y' if count == 1 else 'ies'}{targets}"
         )
 
 

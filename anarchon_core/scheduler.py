@@ -29,7 +29,7 @@ from .engine import Engine, EngineConfig
 from .engine.candidates import DEFAULT_CANDIDATES, MAX_CANDIDATES, check_candidates
 from .errors import CapabilityError, ConfigurationError, SchedulerStateError
 from .job import Handler, Job, JobOptions, check_retries, validate_option_keys
-from .names import validate_namespace
+from .names import store_name, validate_namespace
 from .records import HistoryQuery, RunRecord, Status
 from .redact import brief
 from .schedules import Cron, Every, Schedule
@@ -165,6 +165,8 @@ class Scheduler:
         self._targets: dict[str, Callable[..., Any]] = {}
         #: The targets called as ``handler(ctx, definition)``.
         self._whole_definition: set[str] = set()
+        #: Checks of the definitions that name a target, by target name.
+        self._target_checks: dict[str, Callable[[Definition], object]] = {}
         self._engine: Engine | None = None
         self._lock = threading.Lock()
         self.metrics_registry = metrics_registry
@@ -363,7 +365,12 @@ class Scheduler:
         return MappingProxyType(self._targets)
 
     def add_target(
-        self, name: str, handler: Callable[..., Any], *, takes_definition: bool = False
+        self,
+        name: str,
+        handler: Callable[..., Any],
+        *,
+        takes_definition: bool = False,
+        check: Callable[[Definition], object] | None = None,
     ) -> None:
         """Let stored definitions run ``handler(ctx, *args, **kwargs)`` as target ``name``.
 
@@ -373,6 +380,11 @@ class Scheduler:
         adapter that reads more than the arguments (Celery's send options in
         ``definition.target_options``).
 
+        ``check(definition)`` is called when this instance plans a definition that names
+        the target (each version, as soon as it reads it): a :class:`ConfigurationError`
+        it raises is logged at once as a warning, and each run of that version fails
+        with it (recorded in the history) instead of calling the handler.
+
         :raises ConfigurationError: a bad name, a handler that takes no ``ctx``, a name
             registered twice, or a running scheduler.
         """
@@ -381,6 +393,11 @@ class Scheduler:
             raise ConfigurationError(
                 f"target {name!r}: handler {brief(handler)} is not callable: give a function "
                 "taking ctx and the definition's args and kwargs"
+            )
+        if check is not None and not callable(check):
+            raise ConfigurationError(
+                f"target {name!r}: check {brief(check)} is not callable: give a function "
+                "taking the definition"
             )
         with self._lock:
             if self._engine is not None:
@@ -392,6 +409,8 @@ class Scheduler:
             self._targets[name] = handler
             if takes_definition:
                 self._whole_definition.add(name)
+            if check is not None:
+                self._target_checks[name] = check
 
     def target(self, name: str) -> Callable[[T], T]:
         """Decorator form of :meth:`add_target`::
@@ -417,6 +436,8 @@ class Scheduler:
         if target is None:
             held = ", ".join(sorted(self._targets)) or "none"
             handler: Handler = stored_jobs.missing_target(definition.target, held)
+        elif (refused := self._refused(definition)) is not None:
+            handler = refused
         else:
             if definition.target in self._whole_definition:
                 bound = stored_jobs.bind_target(target, (definition,), {})
@@ -438,6 +459,31 @@ class Scheduler:
             fingerprint=definition.fingerprint(),
             missing_target=None if target is not None else definition.target,
         )
+
+    def _refused(self, definition: Definition) -> Handler | None:
+        """A handler that fails with the target's check's refusal of ``definition``
+        (logged now, once per version), or ``None``: the check accepts it (or none)."""
+        check = self._target_checks.get(definition.target)
+        if check is None:
+            return None
+        try:
+            check(definition)
+        except ConfigurationError as exc:
+            logger.warning(
+                "stored job %s (version %d) cannot run as it is: %s; each of its runs "
+                "fails with this error until the definition is corrected",
+                store_name(self.namespace, definition.name),
+                definition.version,
+                exc,
+                extra={
+                    "job": definition.name,
+                    "slot": None,
+                    "attempt": None,
+                    "instance": self.instance_id,
+                },
+            )
+            return stored_jobs.refusing(exc)
+        return None
 
     # -- stored definitions ----------------------------------------------------------
     # Each acts on the shared store, from any instance, running or not; every running

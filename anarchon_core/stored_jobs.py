@@ -40,6 +40,7 @@ __all__ = [
     "missing_target",
     "plan_apply",
     "read_file_definitions",
+    "refusing",
     "remove_definition",
     "sync_code_jobs",
     "update_definition",
@@ -224,6 +225,17 @@ def missing_target(target: str, held: str) -> Handler:
             f"register it in code (@scheduler.target({target!r})) on the instances that "
             "should run it"
         )
+
+    return run
+
+
+def refusing(error: ConfigurationError) -> Handler:
+    """The handler of a definition its target's check refused: each run fails with the
+    refusal (a new instance of it, so that records never share a traceback)."""
+    text = str(error)
+
+    def run(ctx: Any) -> None:
+        raise ConfigurationError(text)
 
     return run
 

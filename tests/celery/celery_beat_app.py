@@ -7,7 +7,8 @@ Configured from the environment by the test: broker, queue, anarchon store, reco
 task, before the run is recorded: a runner that dies between publish and finish.
 ``ANARCHON_TEST_BAD_CONFIG=1`` adds three configuration problems (a settings typo, an
 ``anarchon_entries`` name that is no entry, an unknown per-entry key): beat must not start.
-The ``record`` task appends (job, slot, task id, attempt, worker pid) to a Redis list.
+The ``record`` task appends (job, slot, task id, attempt, worker pid, its arguments, the
+routing key and priority it was delivered with, its ``tenant`` header) to a Redis list.
 """
 
 from __future__ import annotations
@@ -71,9 +72,10 @@ _KEY = os.environ.get("ANARCHON_TEST_RECORD_KEY", "anarchon-test-records")
 
 
 @app.task(bind=True)
-def record(self) -> None:
+def record(self, *args: Any, **kwargs: Any) -> None:
     request = self.request
     headers = request.headers or {}
+    delivery = request.delivery_info or {}
 
     def header(name: str) -> object:
         return getattr(request, name, None) or headers.get(name)
@@ -84,5 +86,10 @@ def record(self) -> None:
         "attempt": header("anarchon_attempt"),
         "task_id": request.id,
         "pid": os.getpid(),
+        "args": list(args),
+        "kwargs": kwargs,
+        "routing_key": delivery.get("routing_key"),
+        "priority": delivery.get("priority"),
+        "tenant": header("tenant"),
     }
     redis.Redis.from_url(_RECORDS).rpush(_KEY, json.dumps(row))

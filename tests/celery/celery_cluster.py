@@ -159,9 +159,14 @@ class CeleryCluster:
         schedule = str(self.tmp_path / f"{name}-schedule")
         return self.spawn(name, "beat", "-S", scheduler, "-l", "info", "-s", schedule, env=env)
 
-    def worker(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
+    def worker(
+        self, name: str, *extra: str, queues: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        """A solo worker of the cluster's queue (and ``queues``: names that contain the
+        cluster's queue name, so that :meth:`close` drops them from the broker)."""
+        consumed = ",".join((self.queue, *queues))
         return self.spawn(
-            name, "worker", "-P", "solo", "-Q", self.queue, "-n", f"{name}@%h", *FAST, *extra
+            name, "worker", "-P", "solo", "-Q", consumed, "-n", f"{name}@%h", *FAST, *extra
         )
 
     def embedded(self, name: str) -> subprocess.Popen[bytes]:

@@ -383,3 +383,52 @@ def test_a_target_may_take_the_whole_definition() -> None:
 
     run_virtual(main)
     assert seen == [((1, 2), {"queue": "math", "priority": 3})]
+
+
+def test_a_targets_check_refuses_a_definition_when_it_is_planned(caplog) -> None:
+    """A refused definition is logged when read, and each of its runs fails with the
+    refusal (in the history) instead of calling the target; a corrected version runs."""
+    recorder = Recorder()
+    store = MemoryBackend(clock=recorder.clock)
+    seen: list[dict[str, Any]] = []
+
+    def check(definition: Definition) -> None:
+        if "queu" in definition.target_options:
+            raise ConfigurationError("target_options: unknown key 'queu'")
+
+    async def main() -> list[RunRecord]:
+        scheduler = Scheduler(store, heartbeat_ms=HEARTBEAT_MS, clock=LoopClock(BASE_MS))
+
+        async def send(ctx: RunContext, definition: Definition) -> None:
+            seen.append(dict(definition.target_options))
+
+        scheduler.add_target("proj.tasks.add", send, takes_definition=True, check=check)
+        bad = await scheduler.add_definition(
+            Definition.create("add", Every("1s"), "proj.tasks.add", target_options={"queu": "q"})
+        )
+        await scheduler.start()
+        await asyncio.sleep(2.5)
+        good = Definition.create(
+            "add", Every("1s"), "proj.tasks.add", target_options={"queue": "q"}, version=bad.version
+        )
+        await scheduler.update_definition(good)
+        await asyncio.sleep(2.0)
+        await scheduler.stop()
+        return await store.history(HistoryQuery(job="add", limit=100))
+
+    records = run_virtual(main)
+    failed = [r for r in records if r.status == Status.FAILED]
+    assert len(failed) >= 2
+    summary = error_summary(failed[0].error)
+    assert (
+        summary is not None and "ConfigurationError: target_options: unknown key 'queu'" in summary
+    )
+    assert seen and all(options == {"queue": "q"} for options in seen)
+    warned = [r for r in caplog.records if "cannot run as it is" in r.getMessage()]
+    assert len(warned) == 1 and "unknown key 'queu'" in warned[0].getMessage()
+
+
+def test_a_check_must_be_callable() -> None:
+    scheduler = Scheduler(MemoryBackend())
+    with pytest.raises(ConfigurationError, match="check 3 is not callable"):
+        scheduler.add_target("t", lambda ctx, d: None, takes_definition=True, check=3)  # type: ignore[arg-type]
