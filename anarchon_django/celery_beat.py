@@ -386,6 +386,10 @@ async def import_rows(
     its name is taken: by another row, by a definition this import did not write, or by
     a code job; a write the store refuses skips that row only."""
     current = {d.name: d for d in await stored_jobs.definitions(backend, namespace)}
+    try:  # the jobs live instances run: a listed name the store keeps no definition of
+        listed = {job for info in await backend.instances() for job in info.jobs}
+    except CapabilityError:  # is a code job's (the store refuses to shadow it)
+        listed = set()
     taken: dict[str, str] = {}
     results: list[Result] = []
     for conversion in conversions:
@@ -402,6 +406,9 @@ async def import_rows(
         taken[conversion.name] = conversion.source
         wanted = conversion.definition
         old = current.get(conversion.name)
+        if old is None and store_name(namespace, conversion.name) in listed:
+            result.detail.insert(0, "the name is a code job's on a live instance")
+            continue
         if old is not None:
             origin = _imported_from(old)
             if old.owner == "code":

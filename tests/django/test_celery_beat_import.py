@@ -17,6 +17,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from anarchon_core import stored_jobs
+from anarchon_core.backend import InstanceInfo
 from anarchon_core.definitions import Definition
 from anarchon_core.records import HistoryQuery, Status
 from anarchon_core.schedules import At, Cron, Every
@@ -238,6 +239,23 @@ def test_a_name_taken_by_another_definition_is_refused(rows: dict[str, Any]) -> 
         row_of(out, "ping")
     )
     assert stored()["ping"].target == "mine"
+
+
+def test_a_code_job_of_a_live_instance_keeps_its_name(rows: dict[str, Any]) -> None:
+    async def register() -> None:
+        backend = DjangoBackend("default")
+        await backend.open()
+        try:
+            now = await backend.now_ms()
+            info = InstanceInfo("web-1", "host", 1, "0", now, now, {"ping": "0" * 16})
+            await backend.register(info, 60_000)
+        finally:
+            await backend.close()
+
+    asyncio.run(register())
+    out = anarchon("import-celery-beat")
+    assert "the name is a code job's on a live instance" in row_of(out, "ping")
+    assert "ping" not in stored() and history("ping") == []
 
 
 def test_the_tables_are_read_when_the_app_is_not_installed(rows: dict[str, Any]) -> None:
