@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -88,6 +89,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "anarchon_django",
     "django_project.shop",
+    # The rows that `manage.py anarchon import-celery-beat` reads (tests/django/
+    # test_celery_beat_import.py); a test dependency, in the dev extra.
+    *(["django_celery_beat"] if find_spec("django_celery_beat") else []),
 ]
 
 MIDDLEWARE = [
