@@ -91,6 +91,17 @@ class Schedule(ABC):
     def canonical(self) -> str:
         """Return the normalized definition that equality and the fingerprint are based on."""
 
+    def next_slots(self, after_ms: int, count: int) -> list[int]:
+        """The next ``count`` slots after ``after_ms``, fewer where the schedule runs out
+        (:data:`NO_SLOT`): what the command line, the API and the dashboard show."""
+        slots: list[int] = []
+        for _ in range(count):
+            after_ms = self.next_slot(after_ms)
+            if after_ms >= NO_SLOT:
+                break
+            slots.append(after_ms)
+        return slots
+
     def fingerprint(self) -> str:
         """A short stable hex hash of :meth:`canonical`.
 

@@ -20,7 +20,7 @@ from ..backend import Backend, wall_clock_ms
 from ..definitions import Definition
 from ..errors import CapabilityError, ConfigurationError
 from ..records import iso_utc
-from ..schedules import NO_SLOT, Schedule
+from ..schedules import Schedule
 from ._errors import CliError
 from ._store import store_call
 
@@ -235,14 +235,13 @@ def next_slot_lines(schedule: Schedule, after: int, count: int) -> list[str]:
     zone = zoneinfo.ZoneInfo(schedule.tz)
     lines: list[str] = []
     previous: dt.timedelta | None = None
-    for _ in range(count):
-        after = schedule.next_slot(after)
-        if after >= NO_SLOT:
-            lines.append("(no further slot)")
-            break
-        local = dt.datetime.fromtimestamp(after / 1000, dt.UTC).astimezone(zone)
+    slots = schedule.next_slots(after, count)
+    for slot in slots:
+        local = dt.datetime.fromtimestamp(slot / 1000, dt.UTC).astimezone(zone)
         offset = local.utcoffset()
         mark = "  DST change" if previous is not None and offset != previous else ""
         previous = offset
-        lines.append(f"{iso_utc(after)}  {local:%Y-%m-%d %H:%M:%S %Z (%z)}{mark}")
+        lines.append(f"{iso_utc(slot)}  {local:%Y-%m-%d %H:%M:%S %Z (%z)}{mark}")
+    if len(slots) < count:
+        lines.append("(no further slot)")
     return lines

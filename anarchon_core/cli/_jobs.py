@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 
 from ..backend import wall_clock_ms
 from ..backends import mask_url
@@ -39,7 +38,7 @@ def _list(args: argparse.Namespace) -> int:
     now = wall_clock_ms()
     if args.json:
         for job in scheduler.jobs.values():
-            slots = _next_slots(job.schedule.next_slot, now, args.count)
+            slots = job.schedule.next_slots(now, args.count)
             print(
                 json.dumps(
                     {
@@ -60,16 +59,8 @@ def _list(args: argparse.Namespace) -> int:
         print(f"  schedule    {job.describe()}")
         print(f"  zone        {job.schedule.tz}")
         print(f"  store name  {job.store_name}")
-        slots = _next_slots(job.schedule.next_slot, now, args.count)
+        slots = job.schedule.next_slots(now, args.count)
         for i, slot in enumerate(slots):
             label = f"next {len(slots)}" if i == 0 else ""
             print(f"  {label:<10}  {iso_utc(slot)}  {slot}")
     return 0
-
-
-def _next_slots(next_slot: Callable[[int], int], after: int, count: int) -> list[int]:
-    slots: list[int] = []
-    for _ in range(count):
-        after = next_slot(after)
-        slots.append(after)
-    return slots
