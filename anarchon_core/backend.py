@@ -562,7 +562,9 @@ class Backend(ABC):
         )
 
     async def definitions_since(self, version: int) -> list[StoredDefinition]:
-        """Every definition (tombstones included) changed after ``version``, by version.
+        """Every definition (tombstones included) changed after ``version``, by version:
+        each job once, in its current state (a job changed twice since is listed at its
+        newest version only).
 
         ``0`` reads them all. One store request; the changes of one write are never split.
         """

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .backend import Backend, StoredDefinition
+from .backend import Backend, InstanceInfo, StoredDefinition
 from .definitions import Definition
 from .durations import format_duration_ms
 from .engine.definitions import in_namespace
@@ -34,6 +34,7 @@ __all__ = [
     "apply_plan",
     "bind_target",
     "code_definition",
+    "current",
     "definitions",
     "export_file",
     "get_definition",
@@ -51,15 +52,24 @@ def _key(definition_name: str, namespace: str | None) -> str:
     return store_name(namespace, definition_name)
 
 
+async def current(backend: Backend) -> dict[str, StoredDefinition]:
+    """Every definition the store holds, by store name (removed ones left out): one
+    read of the whole table, as :meth:`Backend.definitions_since` of 0 gives it (each
+    job once, in its current state).
+
+    :raises CapabilityError: the store keeps no definitions.
+    """
+    return {d.job: d for d in await backend.definitions_since(0) if d.body is not None}
+
+
 async def definitions(backend: Backend, namespace: str | None) -> list[Definition]:
     """The stored definitions of ``namespace`` (removed ones left out), by name."""
-    latest: dict[str, Definition | None] = {}
-    for stored in await backend.definitions_since(0):
-        if in_namespace(stored.job, namespace) is None:
-            continue
-        body = stored.body
-        latest[stored.job] = None if body is None else Definition.from_body(body, stored.version)
-    return sorted((d for d in latest.values() if d is not None), key=lambda d: d.name)
+    found = [
+        Definition.from_body(d.body, d.version)
+        for job, d in (await current(backend)).items()
+        if d.body is not None and in_namespace(job, namespace) is not None
+    ]
+    return sorted(found, key=lambda d: d.name)
 
 
 async def get_definition(backend: Backend, name: str, namespace: str | None) -> Definition | None:
@@ -83,15 +93,7 @@ async def add_definition(
         )
     key = _key(definition.name, namespace)
     await _refuse_shadowing(backend, key)
-    try:
-        version = await backend.write_definition(key, definition.body(), expected=0)
-    except ConflictError as exc:
-        raise ConflictError(
-            f"definition {key!r} exists already (version {exc.current}): change it with "
-            "update, naming the version you read",
-            current=exc.current,
-        ) from None
-    return definition.with_version(version)
+    return await _create(backend, key, definition)
 
 
 async def update_definition(
@@ -114,12 +116,7 @@ async def update_definition(
         raise ConfigurationError(
             f"definition {key!r} is a code job's (owner 'code'): change it in the code"
         )
-    try:
-        version = await backend.write_definition(
-            key, definition.body(), expected=definition.version
-        )
-    except ConflictError as exc:
-        raise _stale(key, definition.version, exc) from None
+    version = await _replace(backend, key, definition.body(), definition.version)
     return definition.with_version(version)
 
 
@@ -137,19 +134,34 @@ async def remove_definition(
         raise ConfigurationError(
             f"definition {key!r} is a code job's (owner 'code'): remove the job from the code"
         )
+    await _replace(backend, key, None, version)
+
+
+async def _create(backend: Backend, key: str, definition: Definition) -> Definition:
+    """Write a new definition (it must not exist); it, with the version issued."""
     try:
-        await backend.write_definition(key, None, expected=version)
+        version = await backend.write_definition(key, definition.body(), expected=0)
     except ConflictError as exc:
-        raise _stale(key, version, exc) from None
+        raise ConflictError(
+            f"definition {key!r} exists already (version {exc.current}): change it with "
+            "update, naming the version you read",
+            current=exc.current,
+        ) from None
+    return definition.with_version(version)
 
 
-def _stale(key: str, version: int, exc: ConflictError) -> ConflictError:
-    held = f"version {exc.current}" if exc.current else "no definition"
-    return ConflictError(
-        f"definition {key!r} changed since it was read: you read version {version}, the "
-        f"store holds {held}; read it again and redo the change",
-        current=exc.current,
-    )
+async def _replace(backend: Backend, key: str, body: str | None, version: int) -> int:
+    """Write (``None``: remove) the definition ``key`` read at ``version``; the version
+    issued, or a :class:`ConflictError` saying it changed since it was read."""
+    try:
+        return await backend.write_definition(key, body, expected=version)
+    except ConflictError as exc:
+        held = f"version {exc.current}" if exc.current else "no definition"
+        raise ConflictError(
+            f"definition {key!r} changed since it was read: you read version {version}, the "
+            f"store holds {held}; read it again and redo the change",
+            current=exc.current,
+        ) from None
 
 
 async def _refuse_shadowing(backend: Backend, key: str) -> None:
@@ -172,12 +184,13 @@ async def _refuse_shadowing(backend: Backend, key: str) -> None:
             f"definition {key!r} would shadow the code job of that name (its stored copy, "
             "owner 'code'): a stored definition never does; choose another name"
         )
-    if stored is not None:
-        return  # a stored job: the write answers that it exists
-    try:
-        live = await backend.instances()
-    except CapabilityError:  # no registry: the store cannot say
-        return
+    if stored is None:  # else a stored job: the write answers that it exists
+        _refuse_listed(key, await _live(backend))
+
+
+def _refuse_listed(key: str, live: list[InstanceInfo]) -> None:
+    """Refuse ``key``, which the store keeps no definition of, if a live instance lists
+    it: then it is a code job."""
     for info in live:
         if key in info.jobs:
             raise ConfigurationError(
@@ -188,10 +201,7 @@ async def _refuse_shadowing(backend: Backend, key: str) -> None:
 
 async def _latest_definition(backend: Backend, key: str) -> Definition | None:
     """The stored definition of the store name ``key`` (``None``: none, or removed)."""
-    found = None
-    for stored in await backend.definitions_since(0):
-        if stored.job == key:
-            found = stored
+    found = (await current(backend)).get(key)
     if found is None or found.body is None:
         return None
     return Definition.from_body(found.body, found.version)
@@ -369,14 +379,10 @@ class _Held:
 
 async def _held(backend: Backend, namespace: str | None) -> dict[str, _Held]:
     """The stored definitions of ``namespace`` by name (removed ones left out)."""
-    latest: dict[str, StoredDefinition] = {}
-    for stored in await backend.definitions_since(0):
-        name = in_namespace(stored.job, namespace)
-        if name is not None:
-            latest[name] = stored
     held = {}
-    for name, stored in latest.items():
-        if stored.body is None:
+    for job, stored in (await current(backend)).items():
+        name = in_namespace(job, namespace)
+        if name is None or stored.body is None:
             continue
         try:
             data = json.loads(stored.body)
@@ -400,13 +406,17 @@ def _verdict(have: _Held | None, body: str | None) -> str:
     return "updated" if have.owner == "code" else "replaced"
 
 
+async def _live(backend: Backend) -> list[InstanceInfo]:
+    """The live instances (none where the store has no registry: it cannot say)."""
+    try:
+        return await backend.instances()
+    except CapabilityError:
+        return []
+
+
 async def _listed(backend: Backend) -> set[str]:
     """The store names the live instances list (none where the store has no registry)."""
-    try:
-        live = await backend.instances()
-    except CapabilityError:
-        return set()
-    return {name for info in live for name in info.jobs}
+    return {name for info in await _live(backend) for name in info.jobs}
 
 
 def _options(options: JobOptions) -> dict[str, Any]:
@@ -494,13 +504,23 @@ def plan_apply(current: list[Definition], wanted: list[Definition], *, prune: bo
 async def apply_plan(backend: Backend, plan: Plan, namespace: str | None) -> None:
     """Make the changes of ``plan``, each naming the version it was planned with: a
     definition changed meanwhile is refused (:class:`ConflictError`) and the rest of the
-    plan is not applied."""
+    plan is not applied.
+
+    The plan was made from one read of the store (:func:`plan_apply` refused its
+    code-owned definitions), so the writes need no read of their own: a definition
+    created or changed since is refused by its version, and only the registry is read
+    once, for the names a live instance runs as code jobs."""
+    live = await _live(backend) if plan.create else []
     for definition in plan.create:
-        await add_definition(backend, definition, namespace)
+        key = _key(definition.name, namespace)
+        _refuse_listed(key, live)
+        await _create(backend, key, definition)
     for definition in plan.update:
-        await update_definition(backend, definition, namespace)
+        await _replace(
+            backend, _key(definition.name, namespace), definition.body(), definition.version
+        )
     for definition in plan.remove:
-        await remove_definition(backend, definition.name, definition.version, namespace)
+        await _replace(backend, _key(definition.name, namespace), None, definition.version)
 
 
 def read_file_definitions(data: object) -> tuple[str | None, list[Definition]]:

@@ -16,13 +16,13 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .. import stored_jobs
 from ..backend import Backend, InstanceInfo
 from ..definitions import Definition
 from ..errors import CapabilityError, ConfigurationError
 from ..names import validate_job_name
 from ..operations import fingerprint_mismatches
 from ..records import HistoryQuery, Origin, RunRecord, Status, iso_utc
-from ..schedules import NO_SLOT
 
 __all__ = [
     "DEFAULT_RUNS_LIMIT",
@@ -214,12 +214,11 @@ async def _stored(backend: Backend) -> dict[str, Definition]:
     """The stored definitions by store name (removed ones left out; none where the store
     keeps no definitions)."""
     try:
-        changes = await backend.definitions_since(0)
+        stored = await stored_jobs.current(backend)
     except CapabilityError:
         return {}
-    latest = {change.job: change for change in changes}  # by version: the last one holds
     out = {}
-    for job, change in latest.items():
+    for job, change in stored.items():
         if change.body is None:
             continue
         try:
@@ -233,15 +232,8 @@ def _next_slots(definition: Definition, now: int) -> list[dict[str, Any]]:
     """The next slots of a definition after ``now`` (none while it is disabled)."""
     if not definition.enabled:
         return []
-    slots: list[dict[str, Any]] = []
-    after = now
-    schedule = definition.effective_schedule
-    for _ in range(NEXT_SLOTS):
-        after = schedule.next_slot(after)
-        if after >= NO_SLOT:
-            break
-        slots.append({"slot": after, "at": iso_utc(after)})
-    return slots
+    slots = definition.effective_schedule.next_slots(now, NEXT_SLOTS)
+    return [{"slot": slot, "at": iso_utc(slot)} for slot in slots]
 
 
 def window_stats(records: Iterable[RunRecord], *, truncated: bool = False) -> dict[str, Any]:
@@ -358,20 +350,23 @@ async def definitions(backend: Backend, *, now_ms: int | None = None) -> dict[st
     live instance holds its target (``None``: the store has no registry) and its next
     five slots."""
     now = await backend.now_ms() if now_ms is None else now_ms
-    stored = await backend.definitions_since(0)
-    latest = {d.job: d for d in stored}
-    try:
-        live: list[InstanceInfo] | None = await backend.instances()
-    except CapabilityError:
-        live = None
-    held = None if live is None else {t for info in live for t in info.targets}
-    items = []
-    for job, change in sorted(latest.items()):
-        if change.body is None:
-            continue
-        definition = Definition.from_body(change.body, change.version)
-        items.append(definition_json(job, definition, held, now))
+    stored = await stored_jobs.current(backend)
+    held = await targets_held(backend)
+    items = [
+        definition_json(job, Definition.from_body(change.body, change.version), held, now)
+        for job, change in sorted(stored.items())
+        if change.body is not None
+    ]
     return {**_now(now), "definitions": items}
+
+
+async def targets_held(backend: Backend) -> set[str] | None:
+    """The targets the live instances hold (``None``: the store has no registry)."""
+    try:
+        live = await backend.instances()
+    except CapabilityError:
+        return None
+    return {target for info in live for target in info.targets}
 
 
 def definition_json(

@@ -433,11 +433,7 @@ class DashboardAPI:
         return await self._shown(path["job"], found)
 
     async def _shown(self, job: str, definition: Definition) -> dict[str, Any]:
-        try:
-            live = await self.backend.instances()
-            held: set[str] | None = {t for info in live for t in info.targets}
-        except CapabilityError:
-            held = None
+        held = await api.targets_held(self.backend)
         return api.definition_json(job, definition, held, await self.backend.now_ms())
 
     # -- actions -----------------------------------------------------------------------
