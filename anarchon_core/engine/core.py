@@ -163,10 +163,7 @@ class Engine:
             self.log.warn("store unavailable at start, retrying: %s", exc)
             self._spawn(self._open_then_run())
             return
-        await self._sync_code_jobs()
-        if self.follower is not None:
-            await self.follower.load()
-        self._start_loops()
+        await self._begin()
 
     async def _open_then_run(self) -> None:
         """Retry an unreachable store until it answers; any other failure is final."""
@@ -185,6 +182,11 @@ class Engine:
                 self.log.error("anarchon cannot use its store and claims nothing: %s", exc)
                 self._fail(exc)
                 return
+        await self._begin()
+
+    async def _begin(self) -> None:
+        """The store is open: store the code jobs, read the stored definitions, then run
+        the loops (with every job known, so that catch-up covers the stored ones too)."""
         await self._sync_code_jobs()
         if self.follower is not None:
             await self.follower.load()
@@ -220,7 +222,7 @@ class Engine:
             for job in self.jobs.values():
                 if job.missing_target is not None:
                     continue  # runs only to record that no instance holds its target
-                if job.options.catch_up != "none":
+                if self._catches_up(job):
                     self._spawn(self.catch_up.run(job))
                 else:
                     self._spawn(self.catch_up.report_left_out(job))
@@ -248,14 +250,15 @@ class Engine:
             self.jobs[name] = job
             if self._looping:
                 self.slots.add(job)
-                if (
-                    old is None
-                    and self._lease
-                    and job.options.catch_up != "none"
-                    and job.missing_target is None
-                ):
+                if old is None and self._lease and self._catches_up(job):
                     self._spawn(self.catch_up.run(job))
         self.registry.changed()
+
+    @staticmethod
+    def _catches_up(job: Job) -> bool:
+        """Whether the job's missed slots are claimed (a job whose target this instance
+        lacks runs only to record that nobody holds it: never caught up)."""
+        return job.options.catch_up != "none" and job.missing_target is None
 
     def _spawn(self, coro: Awaitable[Any], *, forever: bool = False) -> asyncio.Future[Any]:
         """Run ``coro`` in a task of the engine's; one that raises (or, ``forever``, that
