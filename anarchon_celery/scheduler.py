@@ -22,7 +22,7 @@ import re
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
@@ -260,8 +260,7 @@ def plan_entry(
     own = f"anarchon_entries[{name!r}]"
     unknown = sorted(set(extra) - set(ENTRY_KEYS))
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), ENTRY_KEYS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = _did_you_mean(str(unknown[0]), ENTRY_KEYS)
         raise ConfigurationError(
             f"{own}: unknown key {unknown[0]!r}; {hint}accepted keys: " + ", ".join(ENTRY_KEYS)
         )
@@ -324,8 +323,7 @@ def send_options(
         list) or a bad value, naming ``where`` and the key."""
     unknown = sorted(set(target_options) - set(TARGET_OPTION_KEYS))
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), TARGET_OPTION_KEYS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = _did_you_mean(str(unknown[0]), TARGET_OPTION_KEYS)
         raise ConfigurationError(
             f"{where}: unknown key {unknown[0]!r}; {hint}accepted keys: "
             + ", ".join(TARGET_OPTION_KEYS)
@@ -518,7 +516,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         entries = settings["entries"]
         problems += [
             f"anarchon_entries names {name!r}, which is not a beat_schedule entry; "
-            f"{_did_you_mean(name, self.schedule)}"
+            f"{_did_you_mean(name, sorted(self.schedule))}"
             f"entries: {', '.join(sorted(self.schedule)) or '(none)'}"
             for name in sorted(set(entries) - set(self.schedule))
         ]
@@ -680,6 +678,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         )
 
 
-def _did_you_mean(name: str, names: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, sorted(names), n=1)
+def _did_you_mean(name: str, names: Sequence[str]) -> str:
+    """``"did you mean 'x'? "`` for the closest of ``names``, or ``""``."""
+    close = difflib.get_close_matches(name, names, n=1)
     return f"did you mean {close[0]!r}? " if close else ""
