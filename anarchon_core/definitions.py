@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .durations import format_duration_ms
 from .errors import ConfigurationError, refusing
-from .job import JOB_OPTIONS, JobOptions, resolve_options
+from .job import JobOptions, resolve_options
 from .names import validate_job_name
 from .redact import brief
 from .schedules import (
@@ -117,9 +118,9 @@ def schedule_to_json(schedule: Schedule) -> dict[str, Any]:
     """The JSON form :func:`schedule_from_json` reads (a :class:`Window` is not one: its
     bounds are the definition's ``start_at`` and ``end_at``)."""
     if isinstance(schedule, Every):
-        out: dict[str, Any] = {"every": _duration(schedule.interval_ms)}
+        out: dict[str, Any] = {"every": format_duration_ms(schedule.interval_ms)}
         if schedule.offset_ms:
-            out["offset"] = _duration(schedule.offset_ms)
+            out["offset"] = format_duration_ms(schedule.offset_ms)
         return out
     if isinstance(schedule, Cron):
         out = {"cron": schedule.expression, "tz": schedule.tz}
@@ -131,12 +132,6 @@ def schedule_to_json(schedule: Schedule) -> dict[str, Any]:
     raise ConfigurationError(
         f"schedule {brief(schedule)} cannot be stored: give an Every, a Cron or an At"
     )
-
-
-def _duration(ms: int) -> str:
-    from .durations import format_duration_ms
-
-    return format_duration_ms(ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +371,3 @@ def _text(value: Any, limit: int, where: str, what: str, *, optional: bool = Fal
             f"{where}: {what} {brief(value)} is not valid: give text of at most {limit} characters"
         )
     return value
-
-
-#: The options a definition may set: the job options, by their public names.
-DEFINITION_OPTIONS = JOB_OPTIONS
