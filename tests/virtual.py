@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 import looptime
 
-from anarchon_core import RunContext
+from anarchon_core import RunContext, Scheduler
+from anarchon_core.backend import Backend
 from anarchon_core.testing import LoopClock
 
 T = TypeVar("T")
@@ -84,6 +85,21 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._virtual.now
+
+
+def scheduler_on(store: Backend, instance_id: str = "web-7f9c4d:12:a1b2c3", **kw: Any) -> Scheduler:
+    """A scheduler on ``store`` whose clock follows the virtual loop (heartbeat 100 ms)."""
+    return Scheduler(
+        store,
+        instance_id=instance_id,
+        heartbeat_ms=100,
+        clock=LoopClock(BASE_MS),
+        **kw,
+    )
+
+
+async def noop(ctx: RunContext) -> None:
+    """A handler that does nothing."""
 
 
 def store_clock() -> LoopClock:

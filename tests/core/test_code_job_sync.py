@@ -11,31 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from virtual import BASE_MS, Recorder, run_virtual
+from virtual import BASE_MS, Recorder, noop, run_virtual, scheduler_on
 
-from anarchon_core import MemoryBackend, RunContext, Scheduler, stored_jobs
+from anarchon_core import MemoryBackend, Scheduler, stored_jobs
 from anarchon_core.backend import StoredDefinition
 from anarchon_core.errors import BackendUnavailable, ConfigurationError, ConflictError
 from anarchon_core.schedules import Every, Window
 from anarchon_core.testing import LoopClock
 
 HEARTBEAT_MS = 100
-
-
-def scheduler_on(
-    store: MemoryBackend, instance_id: str = "web-7f9c4d:12:a1b2c3", **kw: Any
-) -> Scheduler:
-    return Scheduler(
-        store,
-        instance_id=instance_id,
-        heartbeat_ms=HEARTBEAT_MS,
-        clock=LoopClock(BASE_MS),
-        **kw,
-    )
-
-
-async def noop(ctx: RunContext) -> None:
-    return None
 
 
 def build(store: MemoryBackend, **kw: Any) -> Scheduler:

@@ -8,9 +8,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from virtual import BASE_MS, run_virtual
+from virtual import BASE_MS, noop, run_virtual, scheduler_on
 
-from anarchon_core import MemoryBackend, RunContext, Scheduler
+from anarchon_core import MemoryBackend
 from anarchon_core.backend import InstanceInfo, instance_json
 from anarchon_core.engine import registry
 from anarchon_core.engine.candidates import Candidates
@@ -18,24 +18,7 @@ from anarchon_core.schedules import Every, Window
 from anarchon_core.testing import LoopClock
 from anarchon_core.web import api
 
-HEARTBEAT_MS = 100
 JOBS = 1000
-
-
-def scheduler_on(
-    store: MemoryBackend, instance_id: str = "web-7f9c4d:12:a1b2c3", **kw: Any
-) -> Scheduler:
-    return Scheduler(
-        store,
-        instance_id=instance_id,
-        heartbeat_ms=HEARTBEAT_MS,
-        clock=LoopClock(BASE_MS),
-        **kw,
-    )
-
-
-async def noop(ctx: RunContext) -> None:
-    return None
 
 
 def test_an_entry_is_200_bytes_plus_40_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
