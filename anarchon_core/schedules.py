@@ -23,6 +23,7 @@ import re
 import zoneinfo
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 
 from croniter import croniter
@@ -38,9 +39,11 @@ __all__ = [
     "Every",
     "Schedule",
     "Window",
+    "ZonedSlot",
     "format_instant_ms",
     "from_canonical",
     "parse_instant_ms",
+    "zoned_slots",
 ]
 
 _UTC = dt.UTC
@@ -719,3 +722,30 @@ class Window(Schedule):
 
     def __repr__(self) -> str:
         return f"Window({self._inner!r}, start_at={self._start!r}, end_at={self._end!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ZonedSlot:
+    """A slot with its wall time in the schedule's zone, as the surfaces show next slots."""
+
+    slot: int
+    local: dt.datetime
+    dst: bool
+    """Whether the zone observes daylight-saving time at this slot."""
+    offset_changed: bool
+    """Whether the zone's UTC offset differs from the previous slot's (a DST change lies
+    between them: a cron slot may then move, be skipped or repeat; docs/schedules.md)."""
+
+
+def zoned_slots(schedule: Schedule, after_ms: int, count: int) -> list[ZonedSlot]:
+    """The next ``count`` slots of ``schedule`` after ``after_ms``, in its zone."""
+    zone = zoneinfo.ZoneInfo(schedule.tz)
+    out: list[ZonedSlot] = []
+    previous: dt.timedelta | None = None
+    for slot in schedule.next_slots(after_ms, count):
+        local = (_EPOCH + slot * _ONE_MS).astimezone(zone)
+        offset = local.utcoffset()
+        changed = previous is not None and offset != previous
+        out.append(ZonedSlot(slot, local, bool(local.dst()), changed))
+        previous = offset
+    return out

@@ -38,13 +38,17 @@ __all__ = [
     "definitions",
     "export_file",
     "get_definition",
+    "live_instances",
     "missing_target",
     "plan_apply",
     "read_file_definitions",
+    "refuse_listed",
     "refusing",
     "remove_definition",
     "sync_code_jobs",
     "update_definition",
+    "write_at",
+    "write_new",
 ]
 
 
@@ -93,7 +97,7 @@ async def add_definition(
         )
     key = _key(definition.name, namespace)
     await _refuse_shadowing(backend, key)
-    return await _create(backend, key, definition)
+    return await write_new(backend, key, definition)
 
 
 async def update_definition(
@@ -116,7 +120,7 @@ async def update_definition(
         raise ConfigurationError(
             f"definition {key!r} is a code job's (owner 'code'): change it in the code"
         )
-    version = await _replace(backend, key, definition.body(), definition.version)
+    version = await write_at(backend, key, definition.body(), definition.version)
     return definition.with_version(version)
 
 
@@ -134,11 +138,12 @@ async def remove_definition(
         raise ConfigurationError(
             f"definition {key!r} is a code job's (owner 'code'): remove the job from the code"
         )
-    await _replace(backend, key, None, version)
+    await write_at(backend, key, None, version)
 
 
-async def _create(backend: Backend, key: str, definition: Definition) -> Definition:
-    """Write a new definition (it must not exist); it, with the version issued."""
+async def write_new(backend: Backend, key: str, definition: Definition) -> Definition:
+    """Write a new definition (it must not exist); it, with the version issued. No other
+    check: :func:`add_definition` makes them, or a caller that read the row itself."""
     try:
         version = await backend.write_definition(key, definition.body(), expected=0)
     except ConflictError as exc:
@@ -150,9 +155,10 @@ async def _create(backend: Backend, key: str, definition: Definition) -> Definit
     return definition.with_version(version)
 
 
-async def _replace(backend: Backend, key: str, body: str | None, version: int) -> int:
+async def write_at(backend: Backend, key: str, body: str | None, version: int) -> int:
     """Write (``None``: remove) the definition ``key`` read at ``version``; the version
-    issued, or a :class:`ConflictError` saying it changed since it was read."""
+    issued, or a :class:`ConflictError` saying it changed since it was read. The owner is
+    not checked: :func:`update_definition` does, or a caller that read the row itself."""
     try:
         return await backend.write_definition(key, body, expected=version)
     except ConflictError as exc:
@@ -185,10 +191,10 @@ async def _refuse_shadowing(backend: Backend, key: str) -> None:
             "owner 'code'): a stored definition never does; choose another name"
         )
     if stored is None:  # else a stored job: the write answers that it exists
-        _refuse_listed(key, await _live(backend))
+        refuse_listed(key, await live_instances(backend))
 
 
-def _refuse_listed(key: str, live: list[InstanceInfo]) -> None:
+def refuse_listed(key: str, live: list[InstanceInfo]) -> None:
     """Refuse ``key``, which the store keeps no definition of, if a live instance lists
     it: then it is a code job."""
     for info in live:
@@ -406,7 +412,7 @@ def _verdict(have: _Held | None, body: str | None) -> str:
     return "updated" if have.owner == "code" else "replaced"
 
 
-async def _live(backend: Backend) -> list[InstanceInfo]:
+async def live_instances(backend: Backend) -> list[InstanceInfo]:
     """The live instances (none where the store has no registry: it cannot say)."""
     try:
         return await backend.instances()
@@ -416,7 +422,7 @@ async def _live(backend: Backend) -> list[InstanceInfo]:
 
 async def _listed(backend: Backend) -> set[str]:
     """The store names the live instances list (none where the store has no registry)."""
-    return {name for info in await _live(backend) for name in info.jobs}
+    return {name for info in await live_instances(backend) for name in info.jobs}
 
 
 def _options(options: JobOptions) -> dict[str, Any]:
@@ -510,17 +516,17 @@ async def apply_plan(backend: Backend, plan: Plan, namespace: str | None) -> Non
     code-owned definitions), so the writes need no read of their own: a definition
     created or changed since is refused by its version, and only the registry is read
     once, for the names a live instance runs as code jobs."""
-    live = await _live(backend) if plan.create else []
+    live = await live_instances(backend) if plan.create else []
     for definition in plan.create:
         key = _key(definition.name, namespace)
-        _refuse_listed(key, live)
-        await _create(backend, key, definition)
+        refuse_listed(key, live)
+        await write_new(backend, key, definition)
     for definition in plan.update:
-        await _replace(
+        await write_at(
             backend, _key(definition.name, namespace), definition.body(), definition.version
         )
     for definition in plan.remove:
-        await _replace(backend, _key(definition.name, namespace), None, definition.version)
+        await write_at(backend, _key(definition.name, namespace), None, definition.version)
 
 
 def read_file_definitions(data: object) -> tuple[str | None, list[Definition]]:

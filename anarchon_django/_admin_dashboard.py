@@ -19,15 +19,17 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.views.decorators.csrf import ensure_csrf_cookie
 
+from anarchon_core.backend import Backend
 from anarchon_core.backends import backend_from_url
+from anarchon_core.errors import ConfigurationError
 from anarchon_core.loop_thread import LoopThread
 from anarchon_core.redact import redact_text
 from anarchon_core.web.endpoints import ROUTES, DashboardAPI, Reply
@@ -40,6 +42,7 @@ from anarchon_core.web.http_guard import (
 )
 
 logger = logging.getLogger("anarchon.django.admin")
+T = TypeVar("T")
 
 #: How long a request waits for the store's answer before answering 504.
 TIMEOUT_S = 30.0
@@ -84,9 +87,23 @@ class _LoopHost:
         except TimeoutError:
             return Reply(504, {"error": f"the store did not answer within {TIMEOUT_S:g} s"})
 
-    async def _handle(
-        self, request_by: str | None, method: str, path: str, params: Any, body: bytes
-    ) -> Reply:
+    def store_call(self, call: Callable[[Backend], Awaitable[T]]) -> T:
+        """``call(backend)`` on the loop, with the store open (the definition pages).
+
+        :raises TimeoutError: the store did not answer within :data:`TIMEOUT_S`.
+        :raises ConfigurationError: ``BACKEND`` names no store that can be built.
+        """
+
+        async def run() -> T:
+            endpoints = self._endpoints()
+            if isinstance(endpoints, Reply):
+                raise ConfigurationError(str(endpoints.body["error"]))
+            return await call(await endpoints.store())
+
+        return self.thread.call(run(), TIMEOUT_S)
+
+    def _endpoints(self) -> DashboardAPI | Reply:
+        """The API over the project's store, built at first use (a 503 if it cannot be)."""
         if self.endpoints is None:
             from ._scheduler import get_scheduler
 
@@ -100,12 +117,20 @@ class _LoopHost:
                 allow_actions=True,  # gated per user by the views, before this point
                 requested_by=f"django-admin@{socket.gethostname()}",
             )
+        return self.endpoints
+
+    async def _handle(
+        self, request_by: str | None, method: str, path: str, params: Any, body: bytes
+    ) -> Reply:
+        endpoints = self._endpoints()
+        if isinstance(endpoints, Reply):
+            return endpoints
         if request_by is None:
-            return await self.endpoints.handle(method, path, params, body)
+            return await endpoints.handle(method, path, params, body)
         # Actions are rare: one at a time, so requested_by names this request's operator.
         async with self.actions_lock:
-            self.endpoints.requested_by = request_by
-            return await self.endpoints.handle(method, path, params, body)
+            endpoints.requested_by = request_by
+            return await endpoints.handle(method, path, params, body)
 
     def close(self) -> None:
         """Close the backend (if a request opened it) and stop the loop; idempotent."""
@@ -128,6 +153,11 @@ def _get_host() -> _LoopHost:
             _host = _LoopHost()
             atexit.register(_host.close)
         return _host
+
+
+def store_call(call: Callable[[Backend], Awaitable[T]]) -> T:
+    """``call(backend)`` on this process's store (the dashboard's), open."""
+    return _get_host().store_call(call)
 
 
 def close_dashboard() -> None:

@@ -14,44 +14,23 @@ from typing import Any, cast
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils import formats, timezone
-from django.utils.functional import cached_property
 
 from anarchon_core.records import error_summary, ms_to_datetime
 
 from . import _admin_dashboard as dashboard
+from ._admin_definitions import JobAdmin
+from ._paging import COUNT_LIMIT, BoundedCountPaginator
 from .models import HistoryRecord, Instance, Job
 
-__all__ = ["COUNT_LIMIT", "BoundedCountPaginator", "HistoryRecordAdmin"]
+__all__ = ["COUNT_LIMIT", "BoundedCountPaginator", "HistoryRecordAdmin", "JobAdmin"]
 
-#: The most rows the changelist counts; past it the count reads "more than …".
-COUNT_LIMIT = 10_000
 #: How many of the newest records the job and instance filters read their choices from.
 CHOICES_SCAN = 1_000
 _ERROR_EXCERPT = 80
-
-
-class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
-    """A paginator whose ``count`` reads at most ``limit + 1`` rows (``capped`` then says
-    so); pages are still fetched with ``LIMIT/OFFSET`` in the index's order."""
-
-    limit = COUNT_LIMIT
-
-    @cached_property
-    def count(self) -> int:
-        object_list: Any = self.object_list
-        if isinstance(object_list, QuerySet):
-            return int(object_list[: self.limit + 1].count())
-        return len(object_list)
-
-    @property
-    def capped(self) -> bool:
-        """Whether there are more matching rows than were counted."""
-        return self.count > self.limit
 
 
 def _ms(value: dt.datetime) -> int:
@@ -212,3 +191,6 @@ class HistoryRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
         checked.__name__ = getattr(view, "__name__", "dashboard_view")
         return checked
+
+
+admin.site.register(Job, JobAdmin)

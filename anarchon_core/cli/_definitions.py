@@ -20,7 +20,7 @@ from ..backend import Backend, wall_clock_ms
 from ..definitions import Definition
 from ..errors import CapabilityError, ConfigurationError
 from ..records import iso_utc
-from ..schedules import Schedule
+from ..schedules import Schedule, zoned_slots
 from ._errors import CliError
 from ._store import store_call
 
@@ -229,19 +229,12 @@ def _next(args: argparse.Namespace) -> int:
 def next_slot_lines(schedule: Schedule, after: int, count: int) -> list[str]:
     """The next ``count`` slots as lines: UTC, the zone's wall time, and a mark where the
     zone's UTC offset differs from the previous slot's (a daylight-saving change)."""
-    import datetime as dt
-    import zoneinfo
-
-    zone = zoneinfo.ZoneInfo(schedule.tz)
-    lines: list[str] = []
-    previous: dt.timedelta | None = None
-    slots = schedule.next_slots(after, count)
-    for slot in slots:
-        local = dt.datetime.fromtimestamp(slot / 1000, dt.UTC).astimezone(zone)
-        offset = local.utcoffset()
-        mark = "  DST change" if previous is not None and offset != previous else ""
-        previous = offset
-        lines.append(f"{iso_utc(slot)}  {local:%Y-%m-%d %H:%M:%S %Z (%z)}{mark}")
+    slots = zoned_slots(schedule, after, count)
+    lines = [
+        f"{iso_utc(z.slot)}  {z.local:%Y-%m-%d %H:%M:%S %Z (%z)}"
+        + ("  DST change" if z.offset_changed else "")
+        for z in slots
+    ]
     if len(slots) < count:
         lines.append("(no further slot)")
     return lines

@@ -314,6 +314,13 @@ class DashboardAPI:
             self._opened = False
             await self.backend.close()
 
+    async def store(self) -> Backend:
+        """The backend, open: for a host that calls the store beside the API's routes
+        (the Django admin's definition pages)."""
+        if not self._opened and not (self._lent is not None and self._lent()):
+            await self._open()
+        return self.backend
+
     async def _open(self) -> None:
         async with self._lock:
             if self._opened:

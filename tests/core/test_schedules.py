@@ -10,7 +10,15 @@ import re
 import pytest
 
 from anarchon_core.errors import ConfigurationError
-from anarchon_core.schedules import Cron, Every, Schedule, from_canonical
+from anarchon_core.schedules import (
+    At,
+    Cron,
+    Every,
+    Schedule,
+    from_canonical,
+    parse_instant_ms,
+    zoned_slots,
+)
 
 UTC = dt.UTC
 
@@ -502,3 +510,16 @@ def test_long_cron_expressions_and_zones_are_quoted_briefly() -> None:
     with pytest.raises(ConfigurationError, match=r"\(5000 characters\)") as info:
         Cron("0 * * * *", tz="Z" * 5000)
     assert len(str(info.value)) < 300
+
+
+def test_zoned_slots_mark_daylight_saving_time_and_its_changes() -> None:
+    daily = Cron("0 3 * * *", "Europe/Athens")
+    after = parse_instant_ms("2026-03-26T12:00:00Z")  # DST starts on Sunday the 29th
+    slots = zoned_slots(daily, after, 5)
+    assert [z.local.strftime("%d %H:%M %Z") for z in slots] == [
+        "27 03:00 EET", "28 03:00 EET", "29 04:00 EEST", "30 03:00 EEST", "31 03:00 EEST"
+    ]  # fmt: skip (03:00 does not exist on the 29th: cron runs at 04:00)
+    assert [z.dst for z in slots] == [False, False, True, True, True]
+    assert [z.offset_changed for z in slots] == [False, False, True, False, False]
+    assert [z.slot for z in slots] == daily.next_slots(after, 5)
+    assert zoned_slots(At("2026-03-27T00:00:00Z"), after, 5)[0].local.tzname() == "UTC"

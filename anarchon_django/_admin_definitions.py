@@ -1,0 +1,727 @@
+"""The admin's pages of stored job definitions: list, add, change, delete, run now.
+
+Mounted on :class:`~anarchon_django.models.Job` (``/admin/anarchon_django/job/``) by
+:mod:`anarchon_django.admin`. Pages read the ORM store's rows through the ORM, one page
+at a time (the list never counts past :data:`~anarchon_django.admin.COUNT_LIMIT`, never
+loads a schedule beyond its page). Every write goes through the store, with the version
+the page read, as ``manage.py anarchon jobs`` and the JSON API write: a stale edit is
+refused with :class:`~anarchon_core.errors.ConflictError` and nothing is overwritten;
+every replica follows the change within a heartbeat. A code job's stored copy
+(owner ``code``) is shown read-only, with its source.
+
+The store's writes happen on the dashboard's loop thread, on the store's own
+connection, so the views that write run outside Django's per-view transaction: on
+SQLite, a transaction of the request's own would hold the lock that write waits for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime as dt
+import json
+import socket
+import zoneinfo
+from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import Any, TypeVar, cast
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import formats
+
+from anarchon_core import operations, stored_jobs
+from anarchon_core.backend import Backend, wall_clock_ms
+from anarchon_core.definitions import NAME_FORM, Definition
+from anarchon_core.durations import format_duration_ms
+from anarchon_core.errors import AnarchonError, ConfigurationError, ConflictError
+from anarchon_core.names import store_name
+from anarchon_core.records import error_summary, ms_to_datetime
+from anarchon_core.schedules import At, Cron, Every, format_instant_ms, zoned_slots
+from anarchon_core.web.api import targets_held
+
+from . import _admin_dashboard
+from ._paging import BoundedCountPaginator
+from .conf import alias_from_url
+from .models import HistoryRecord, Job
+
+__all__ = ["DefinitionForm", "EnabledFilter", "JobAdmin", "OwnerFilter"]
+
+T = TypeVar("T")
+
+#: How many next slots a definition's page shows, and how many of its newest attempts.
+NEXT_SLOTS, HISTORY_ROWS = 5, 20
+#: The permission of "run now" (as the dashboard's).
+TRIGGER_PERMISSION = "anarchon_django.trigger_job"
+
+_KINDS = [
+    ("every", "every: a fixed interval"),
+    ("cron", "cron: an expression in a zone"),
+    ("at", "at: once, at an instant"),
+]
+_NOT_HELD = "no live instance holds it"
+
+
+def store_alias() -> str | None:
+    """The database alias of the ORM store (``django://ALIAS``); ``None`` for another store,
+    whose definitions the ORM cannot read (the dashboard's Definitions tab shows them)."""
+    from ._scheduler import get_scheduler
+
+    try:
+        return alias_from_url(get_scheduler().backend_url)
+    except ConfigurationError:
+        return None
+
+
+def _namespace() -> str | None:
+    from ._scheduler import current_settings
+
+    return current_settings().namespace
+
+
+def _store(call: Callable[[Backend], Awaitable[T]]) -> T:
+    return _admin_dashboard.store_call(call)
+
+
+def parsed(row: Job) -> Definition | None:
+    """The row's definition (``None``: a removed one, or text the core cannot read), read
+    once per row object."""
+    if not hasattr(row, "_parsed"):
+        found = None
+        if row.definition is not None:
+            with contextlib.suppress(ConfigurationError, ValueError):
+                found = Definition.from_body(row.definition, row.version or 0)
+        row._parsed = found  # type: ignore[attr-defined]
+    result: Definition | None = row._parsed  # type: ignore[attr-defined]
+    return result
+
+
+@cache
+def _zones() -> list[tuple[str, str]]:
+    return [(zone, zone) for zone in sorted(zoneinfo.available_timezones())]
+
+
+def _instant(value: int | None) -> str:
+    return "" if value is None else format_instant_ms(value)
+
+
+# -- the form -------------------------------------------------------------------------------
+class DefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A definition's fields; :meth:`clean` checks them as the core does and then writes
+    the definition through the store at the version the page read.
+
+    ``held`` (set by :meth:`JobAdmin.get_form`) is the set of targets live instances
+    hold (``None``: the store cannot say): the target's choices.
+    """
+
+    held: set[str] | None = None
+    namespace: str | None = None
+
+    name = forms.CharField(max_length=200, help_text=f"{NAME_FORM}; no ':'")
+    kind = forms.ChoiceField(choices=_KINDS, initial="every", widget=forms.RadioSelect)
+    every = forms.CharField(
+        required=False,
+        help_text="10s, 5m, 1h30m, 1d: slots on the epoch grid (10s: :00, :10, …)",
+    )
+    offset = forms.CharField(
+        required=False, help_text="shifts the grid: every 1d with offset 3h runs at 03:00 UTC"
+    )
+    cron = forms.CharField(
+        required=False, max_length=200, help_text="minute hour day month weekday: 0 3 * * *"
+    )
+    tz = forms.ChoiceField(
+        choices=_zones,
+        initial="UTC",
+        label="Zone",
+        help_text="the IANA zone of the cron expression",
+    )
+    day_or = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Day or",
+        help_text="with both day fields set, run on days matching either (cron's rule); "
+        "off: days matching both (Celery's)",
+    )
+    at = forms.CharField(
+        required=False, help_text="ISO 8601 with its offset: 2026-12-24T18:00:00+02:00"
+    )
+    target = forms.ChoiceField(
+        choices=[],
+        help_text="a handler registered in code with @scheduler.target(…) (a Celery task "
+        "for celery beat -S anarchon), as the live instances list them",
+    )
+    args = forms.JSONField(required=False, initial=list, help_text="a JSON array")
+    kwargs = forms.JSONField(required=False, initial=dict, help_text="a JSON object")
+    options = forms.JSONField(
+        required=False,
+        initial=dict,
+        help_text='job options by name, e.g. {"timeout": "10m", "catch_up": "latest"}',
+    )
+    target_options = forms.JSONField(
+        required=False,
+        initial=dict,
+        help_text='what the target\'s adapter reads: Celery\'s {"queue": …, "headers": …}',
+    )
+    enabled = forms.BooleanField(required=False, initial=True)
+    reason = forms.CharField(required=False, max_length=500, help_text="why it is disabled")
+    start_at = forms.CharField(required=False, help_text="ISO 8601: no slot before it")
+    end_at = forms.CharField(required=False, help_text="ISO 8601: no slot after it")
+    description = forms.CharField(required=False, max_length=1000, widget=forms.Textarea)
+    keep = forms.BooleanField(
+        required=False,
+        help_text="a one-off stays stored after it ran (else it is removed "
+        "once its slot is older than the history retention)",
+    )
+    version = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+
+    class Meta:
+        model = Job
+        fields: list[str] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        read = parsed(self.instance) if self.instance.pk else None
+        if read is not None:
+            self.initial.update(_initial(read))
+        if self.instance.pk:
+            self.fields.pop("name", None)  # a definition is renamed by adding another
+        current = self.initial.get("target")
+        targets = set(self.held or ()) | ({current} if current else set())
+        cast(forms.ChoiceField, self.fields["target"]).choices = [("", "---------")] + [
+            (t, t if self.held is None or t in self.held else f"{t} ({_NOT_HELD})")
+            for t in sorted(targets)
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            definition = self._definition(data)
+        except ConfigurationError as exc:
+            raise ValidationError(str(exc)) from None
+        self._write(definition)
+        return data
+
+    def _definition(self, data: dict[str, Any]) -> Definition:
+        kind = data["kind"]
+        schedule: dict[str, Any] = {kind: (data.get(kind) or "").strip()}
+        if not schedule[kind]:
+            raise ConfigurationError(f"give the {kind!r} of a schedule of kind {kind!r}")
+        if kind == "every" and (data.get("offset") or "").strip():
+            schedule["offset"] = data["offset"].strip()
+        if kind == "cron":
+            schedule.update(tz=data["tz"], day_or=data["day_or"])
+        read = parsed(self.instance) if self.instance.pk else None
+        return Definition.create(
+            data["name"] if read is None else read.name,
+            schedule,
+            data["target"],
+            args=[] if data.get("args") is None else data["args"],
+            kwargs={} if data.get("kwargs") is None else data["kwargs"],
+            options=data.get("options") or {},
+            enabled=data["enabled"],
+            reason=(data.get("reason") or "").strip() or None,
+            start_at=(data.get("start_at") or "").strip() or None,
+            end_at=(data.get("end_at") or "").strip() or None,
+            description=data.get("description") or "",
+            keep=data["keep"],
+            target_options=data.get("target_options") or {},
+        )
+
+    def _write(self, definition: Definition) -> None:
+        """Write through the store; a refusal becomes the form's error (nothing written)."""
+        read = self.instance.version if self.instance.pk else 0
+        if self.instance.pk and (self.cleaned_data.get("version") or 0) != read:
+            raise ValidationError(_stale(self.cleaned_data.get("version") or 0, read))
+        key = self.instance.job if self.instance.pk else store_name(self.namespace, definition.name)
+
+        async def write(backend: Backend) -> int:
+            if read:
+                return await stored_jobs.write_at(backend, key, definition.body(), read)
+            stored_jobs.refuse_listed(key, await stored_jobs.live_instances(backend))
+            return (await stored_jobs.write_new(backend, key, definition)).version
+
+        try:
+            version = _store(write)
+        except ConflictError as exc:
+            if read:
+                raise ValidationError(_stale(read, exc.current)) from None
+            raise ValidationError(
+                f"a definition named {key!r} exists already: open it to change it"
+            ) from None
+        except (AnarchonError, TimeoutError) as exc:
+            raise ValidationError(f"the store did not take the change: {exc}") from None
+        self.instance.job, self.instance.version = key, version
+        self.instance.definition = definition.body()
+        if not self.instance.pk:
+            self.instance.pk = (
+                Job.objects.using(self.instance._state.db or "default")
+                .values_list("pk", flat=True)
+                .get(job=key)
+            )
+
+
+def _stale(read: int, held: int | None) -> str:
+    now = f"version {held}" if held else "no definition (it was removed)"
+    return (
+        f"Someone changed this definition since you opened it: you edited version {read}, "
+        f"the store now holds {now}. Nothing was saved. Reload the page to see their change, "
+        "then make yours again."
+    )
+
+
+def _initial(definition: Definition) -> dict[str, Any]:
+    """The form's values of a stored definition."""
+    schedule = definition.schedule
+    out: dict[str, Any] = {
+        "name": definition.name,
+        "target": definition.target,
+        "args": list(definition.args),
+        "kwargs": dict(definition.kwargs),
+        "options": dict(definition.options),
+        "target_options": dict(definition.target_options),
+        "enabled": definition.enabled,
+        "reason": definition.reason or "",
+        "start_at": _instant(definition.start_at),
+        "end_at": _instant(definition.end_at),
+        "description": definition.description,
+        "keep": definition.keep,
+        "version": definition.version,
+    }
+    if isinstance(schedule, Every):
+        out.update(kind="every", every=format_duration_ms(schedule.interval_ms))
+        out["offset"] = format_duration_ms(schedule.offset_ms) if schedule.offset_ms else ""
+    elif isinstance(schedule, Cron):
+        out.update(kind="cron", cron=schedule.expression, tz=schedule.tz, day_or=schedule.day_or)
+    elif isinstance(schedule, At):
+        out.update(kind="at", at=format_instant_ms(schedule.at_ms))
+    return out
+
+
+# -- the list's filters -----------------------------------------------------------------------
+class OwnerFilter(admin.SimpleListFilter):
+    """Stored or a code job's copy: a substring of the canonical JSON text (no parsing)."""
+
+    title, parameter_name = "owner", "owner"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("store", "stored"), ("code", "code jobs")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() not in ("store", "code"):
+            return queryset
+        return queryset.filter(definition__contains=f'"owner":"{self.value()}"')
+
+
+class EnabledFilter(admin.SimpleListFilter):
+    title, parameter_name = "enabled", "enabled"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "enabled"), ("no", "disabled")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        disabled = queryset.filter(definition__contains='"enabled":false')
+        if self.value() == "no":
+            return disabled
+        if self.value() == "yes":
+            return queryset.exclude(definition__contains='"enabled":false')
+        return queryset
+
+
+# -- the admin ------------------------------------------------------------------------------------
+_READ_ONLY = (
+    "job",
+    "schedule",
+    "target_shown",
+    "enabled_shown",
+    "source",
+    "arguments",
+    "options_shown",
+    "window",
+    "description_shown",
+    "version",
+)
+_HELD = "_anarchon_held"
+#: The held targets of the list being rendered (its columns see only their row).
+_listed_held: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "anarchon_listed_held", default=None
+)
+
+
+class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Stored definitions, edited through the store (see the module)."""
+
+    form = DefinitionForm
+    change_form_template = "admin/anarchon_django/job/change_form.html"
+    list_display = (
+        "job",
+        "schedule",
+        "target_shown",
+        "enabled_shown",
+        "owner",
+        "next_run",
+        "version",
+    )
+    list_display_links = ("job",)
+    list_filter = (OwnerFilter, EnabledFilter)
+    search_fields = ("job", "definition")
+    search_help_text = "a name, a target or any text of a definition"
+    ordering = ("job",)  # the table's key: pages by its index
+    sortable_by = ()
+    list_per_page = 50
+    list_max_show_all = 200
+    paginator = BoundedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    actions = ["disable_selected", "enable_selected", "delete_selected"]
+    fieldsets_editable = (
+        (
+            None,
+            {"fields": ("name", "kind", "every", "offset", "cron", "tz", "day_or", "at", "target")},
+        ),
+        ("Arguments", {"fields": ("args", "kwargs", "target_options")}),
+        (
+            "Running",
+            {
+                "fields": (
+                    "enabled",
+                    "reason",
+                    "start_at",
+                    "end_at",
+                    "options",
+                    "keep",
+                    "description",
+                    "version",
+                )
+            },
+        ),
+    )
+
+    # -- rows: the ORM store's, definitions only ------------------------------------------------
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        alias = store_alias()
+        rows = Job.objects.using(alias or "default").filter(definition__isnull=False)
+        return rows if alias is not None else rows.none()
+
+    def is_code(self, row: Job | None) -> bool:
+        found = None if row is None else parsed(row)
+        return found is not None and found.owner == "code"
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) and not self.is_code(obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and not self.is_code(obj)
+
+    # -- the form: editable fields, or every value read-only ------------------------------------
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and not self.has_change_permission(request, obj):
+            return ((None, {"fields": _READ_ONLY}),)
+        if obj is None:
+            return self.fieldsets_editable
+        first = self.fieldsets_editable[0]
+        fields = ("job", *(f for f in first[1]["fields"] if f != "name"))
+        return ((None, {"fields": fields}), *self.fieldsets_editable[1:])
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and not self.has_change_permission(request, obj):
+            return _READ_ONLY
+        return ("job",) if obj is not None else ()
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        base = super().get_form(request, obj, change=change, **kwargs)
+        held = self._held(request)
+        return type(base.__name__, (base,), {"held": held, "namespace": _namespace()})
+
+    def _held(self, request: HttpRequest) -> set[str] | None:
+        """The targets live instances hold, read once per request (``None``: unknown)."""
+        if not hasattr(request, _HELD):
+            try:
+                held = _store(targets_held)
+            except (AnarchonError, TimeoutError):
+                held = None
+            setattr(request, _HELD, held)
+        found: set[str] | None = getattr(request, _HELD)
+        return found
+
+    # -- columns -------------------------------------------------------------------------------
+    @admin.display(description="schedule")
+    def schedule(self, row: Job) -> str:
+        found = parsed(row)
+        return "(unreadable)" if found is None else found.effective_schedule.describe()
+
+    @admin.display(description="target")
+    def target_shown(self, row: Job) -> str:
+        found = parsed(row)
+        if found is None:
+            return ""
+        held = _listed_held.get()
+        if found.owner == "store" and held is not None and found.target not in held:
+            return f"{found.target} ({_NOT_HELD})"
+        return found.target
+
+    @admin.display(description="enabled")
+    def enabled_shown(self, row: Job) -> str:
+        found = parsed(row)
+        if found is None or found.enabled:
+            return "yes"
+        return f"no: {found.reason}" if found.reason else "no"
+
+    @admin.display(description="owner")
+    def owner(self, row: Job) -> str:
+        found = parsed(row)
+        return "" if found is None else found.owner
+
+    @admin.display(description="next slot")
+    def next_run(self, row: Job) -> str:
+        found = parsed(row)
+        if found is None or not found.enabled:
+            return "–"
+        slots = zoned_slots(found.effective_schedule, wall_clock_ms(), 1)
+        return _local(slots[0].local) if slots else "none"
+
+    @admin.display(description="source")
+    def source(self, row: Job) -> str:
+        found = parsed(row)
+        if found is None:
+            return ""
+        if found.owner == "code":
+            return f"{found.description} (read-only: change it in the code)"
+        return "stored (edit it here, with manage.py anarchon jobs or the JSON API)"
+
+    @admin.display(description="arguments")
+    def arguments(self, row: Job) -> str:
+        found = parsed(row)
+        if found is None:
+            return ""
+        return json.dumps({"args": list(found.args), "kwargs": dict(found.kwargs)})
+
+    @admin.display(description="options")
+    def options_shown(self, row: Job) -> str:
+        found = parsed(row)
+        return "" if found is None else json.dumps(dict(found.options))
+
+    @admin.display(description="window")
+    def window(self, row: Job) -> str:
+        found = parsed(row)
+        if found is None or (found.start_at is None and found.end_at is None):
+            return "–"
+        return f"from {_instant(found.start_at) or '…'} to {_instant(found.end_at) or '…'}"
+
+    @admin.display(description="description")
+    def description_shown(self, row: Job) -> str:
+        found = parsed(row)
+        return "" if found is None else found.description
+
+    # -- the list --------------------------------------------------------------------------------
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        _listed_held.set(self._held(request))
+        if store_alias() is None:
+            messages.warning(
+                request,
+                "The store is not the ORM store (ANARCHON['BACKEND'] is not django://ALIAS), "
+                "so these pages cannot read its definitions: use the dashboard's "
+                "Definitions tab.",
+            )
+        return super().changelist_view(request, extra_context)
+
+    # -- writes: through the store, outside the view's transaction (see the module) -----
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        if object_id is not None:
+            extra_context = {**(extra_context or {}), **self._about(request, object_id)}
+        # Django's own view without its transaction (see the module): a private method,
+        # public in all but name since Django 1.11.
+        return self._changeform_view(  # type: ignore[attr-defined]
+            request, object_id, form_url, extra_context
+        )
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> Any:
+        try:
+            return self._delete_view(  # type: ignore[attr-defined]
+                request, object_id, extra_context
+            )
+        except _Refused as refused:
+            messages.error(request, str(refused))
+            return HttpResponseRedirect(
+                reverse("admin:anarchon_django_job_change", args=[object_id])
+            )
+
+    def save_model(self, request: HttpRequest, obj: Job, form: Any, change: bool) -> None:
+        """Nothing: the form wrote the definition through the store when it was checked."""
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """Nothing: a definition has no related rows."""
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> list[Any]:
+        """Nothing here: each removal is logged once the store took it (:meth:`delete_model`)."""
+        return []
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        self._remove(obj)
+        super().log_deletions(request, Job.objects.using(obj._state.db).filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        refused = []
+        for row in queryset:
+            try:
+                self.delete_model(request, row)
+            except _Refused as exc:
+                refused.append(str(exc))
+        for text in refused:
+            messages.error(request, text)
+
+    def _remove(self, row: Job) -> None:
+        version = row.version or 0
+
+        async def remove(backend: Backend) -> int:
+            return await stored_jobs.write_at(backend, row.job, None, version)
+
+        try:
+            _store(remove)
+        except ConflictError as exc:
+            raise _Refused(f"{row.job}: {_stale(version, exc.current)}") from None
+        except (AnarchonError, TimeoutError) as exc:
+            raise _Refused(f"{row.job}: the store did not take the removal: {exc}") from None
+
+    # -- enable / disable, for the selected rows --------------------------------------------------
+    @admin.action(description="Disable the selected definitions", permissions=["change"])
+    def disable_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        reason = f"disabled in the admin by {request.user.get_username()}"
+        self._set_enabled(request, queryset, False, reason)
+
+    @admin.action(description="Enable the selected definitions", permissions=["change"])
+    def enable_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._set_enabled(request, queryset, True, None)
+
+    def _set_enabled(
+        self, request: HttpRequest, queryset: QuerySet[Job], enabled: bool, reason: str | None
+    ) -> None:
+        done = 0
+        for row in queryset[: self.list_max_show_all]:
+            found = parsed(row)
+            if found is None or found.owner == "code":
+                messages.warning(request, f"{row.job}: a code job's copy, left as it is")
+                continue
+            if found.enabled == enabled:
+                continue
+            changed = Definition.from_json(
+                {**found.to_json(), "enabled": enabled, "reason": reason}, version=found.version
+            )
+
+            async def write(
+                backend: Backend,
+                key: str = row.job,
+                body: str = changed.body(),
+                at: int = found.version,
+            ) -> int:
+                return await stored_jobs.write_at(backend, key, body, at)
+
+            try:
+                _store(write)
+            except (AnarchonError, TimeoutError) as exc:
+                messages.error(request, f"{row.job}: {exc}")
+                continue
+            self.log_change(request, row, f"{'enabled' if enabled else 'disabled'} ({reason})")
+            done += 1
+        word = "enabled" if enabled else "disabled"
+        messages.success(request, f"{done} definition(s) {word}.")
+
+    # -- the change page's extras: next slots, history, run now ----------------------------
+    def get_urls(self) -> list[URLPattern]:
+        run = self.admin_site.admin_view(self.run_now_view)
+        return [
+            path("<path:object_id>/run/", run, name="anarchon_django_job_run"),
+            *super().get_urls(),
+        ]
+
+    def _about(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
+        row = self.get_object(request, object_id)
+        found = None if row is None else parsed(row)
+        if row is None or found is None:
+            return {}
+        held = self._held(request)
+        history = HistoryRecord.objects.using(self.get_queryset(request).db).filter(job=row.job)
+        return {
+            "anarchon_next_slots": [
+                {
+                    "utc": format_instant_ms(z.slot),
+                    "local": _local(z.local),
+                    "dst": z.dst,
+                    "change": z.offset_changed,
+                }
+                for z in zoned_slots(found.effective_schedule, wall_clock_ms(), NEXT_SLOTS)
+            ],
+            "anarchon_zone": found.schedule.tz,
+            "anarchon_disabled": not found.enabled,
+            "anarchon_history": [
+                {
+                    "slot": _local_ms(r.slot),
+                    "attempt": r.attempt,
+                    "status": r.status,
+                    "instance": r.instance_id or "",
+                    "error": error_summary(r.error),
+                }
+                for r in history.order_by("-slot", "-attempt")[:HISTORY_ROWS]
+            ],
+            "anarchon_history_url": reverse("admin:anarchon_django_historyrecord_changelist")
+            + f"?job={row.job}",
+            "anarchon_unheld": found.owner == "store"
+            and held is not None
+            and found.target not in held,
+            "anarchon_may_run": request.user.has_perm(TRIGGER_PERMISSION),  # type: ignore[union-attr]
+            "anarchon_run_url": reverse("admin:anarchon_django_job_run", args=[row.pk]),
+        }
+
+    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: a manual run of the job (it does not move the next slot)."""
+        if request.method != "POST":
+            return TemplateResponse(request, "admin/base_site.html", status=405)
+        if not request.user.has_perm(TRIGGER_PERMISSION):  # type: ignore[union-attr]
+            raise PermissionDenied
+        row = self.get_object(request, object_id)
+        if row is None:
+            raise PermissionDenied
+        by = f"django-admin:{request.user.get_username()}@{socket.gethostname()}"
+
+        async def trigger(backend: Backend) -> int:
+            return await operations.trigger(backend, row.job, requested_by=by)
+
+        try:
+            slot = _store(trigger)
+        except (AnarchonError, TimeoutError) as exc:
+            messages.error(request, f"{row.job} was not run: {exc}")
+        else:
+            messages.success(request, f"{row.job}: a manual run is requested ({_local_ms(slot)}).")
+            self.log_change(request, row, "run now")
+        return HttpResponseRedirect(reverse("admin:anarchon_django_job_change", args=[row.pk]))
+
+
+class _Refused(Exception):
+    """A removal the store refused (stale, or the store down): shown, nothing logged."""
+
+
+def _local(value: dt.datetime) -> str:
+    """A wall time with its zone's abbreviation and offset: ``2026-03-29 03:00:00 CEST (+0200)``."""
+    return formats.date_format(value, "Y-m-d H:i:s T (O)")
+
+
+def _local_ms(ms: int) -> str:
+    from django.utils import timezone
+
+    return formats.date_format(timezone.localtime(ms_to_datetime(ms)), "Y-m-d H:i:s T")
