@@ -2,33 +2,29 @@
 
 Mounted on :class:`~anarchon_django.models.Job` (``/admin/anarchon_django/job/``) by
 :mod:`anarchon_django.admin`. Pages read the ORM store's rows through the ORM, one page
-at a time (the list never counts past :data:`~anarchon_django.admin.COUNT_LIMIT`, never
-loads a schedule beyond its page). Every write goes through the store, with the version
+at a time: the list counts the matching rows (every page is reachable) but reads and
+parses only its own 50, in the key's order. Every write goes through the store, with the version
 the page read, as ``manage.py anarchon jobs`` and the JSON API write: a stale edit is
 refused with :class:`~anarchon_core.errors.ConflictError` and nothing is overwritten;
 every replica follows the change within a heartbeat. A code job's stored copy
 (owner ``code``) is shown read-only, with its source.
 
 The store's writes happen on the dashboard's loop thread, on the store's own
-connection, so the views that write run outside Django's per-view transaction: on
-SQLite, a transaction of the request's own would hold the lock that write waits for.
+connection (:mod:`anarchon_django._definition_form`), so the views that write run
+outside Django's per-view transaction: on SQLite, a transaction of the request's own
+would hold the lock that write waits for.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import datetime as dt
 import json
 import socket
-import zoneinfo
-from collections.abc import Awaitable, Callable
-from functools import cache
-from typing import Any, TypeVar, cast
+from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -37,271 +33,30 @@ from django.utils import formats
 
 from anarchon_core import operations, stored_jobs
 from anarchon_core.backend import Backend, wall_clock_ms
-from anarchon_core.definitions import NAME_FORM, Definition
-from anarchon_core.durations import format_duration_ms
-from anarchon_core.errors import AnarchonError, ConfigurationError, ConflictError
-from anarchon_core.names import store_name
+from anarchon_core.definitions import Definition
+from anarchon_core.errors import AnarchonError, ConflictError
 from anarchon_core.records import error_summary, ms_to_datetime
-from anarchon_core.schedules import At, Cron, Every, format_instant_ms, zoned_slots
+from anarchon_core.schedules import format_instant_ms, zoned_slots
 from anarchon_core.web.api import targets_held
 
-from . import _admin_dashboard
-from ._paging import BoundedCountPaginator
-from .conf import alias_from_url
+from ._definition_form import (
+    NOT_HELD,
+    DefinitionForm,
+    instant,
+    parsed,
+    project_namespace,
+    stale,
+    store_alias,
+    store_call,
+)
 from .models import HistoryRecord, Job
 
-__all__ = ["DefinitionForm", "EnabledFilter", "JobAdmin", "OwnerFilter"]
-
-T = TypeVar("T")
+__all__ = ["EnabledFilter", "JobAdmin", "OwnerFilter"]
 
 #: How many next slots a definition's page shows, and how many of its newest attempts.
 NEXT_SLOTS, HISTORY_ROWS = 5, 20
 #: The permission of "run now" (as the dashboard's).
 TRIGGER_PERMISSION = "anarchon_django.trigger_job"
-
-_KINDS = [
-    ("every", "every: a fixed interval"),
-    ("cron", "cron: an expression in a zone"),
-    ("at", "at: once, at an instant"),
-]
-_NOT_HELD = "no live instance holds it"
-
-
-def store_alias() -> str | None:
-    """The database alias of the ORM store (``django://ALIAS``); ``None`` for another store,
-    whose definitions the ORM cannot read (the dashboard's Definitions tab shows them)."""
-    from ._scheduler import get_scheduler
-
-    try:
-        return alias_from_url(get_scheduler().backend_url)
-    except ConfigurationError:
-        return None
-
-
-def _namespace() -> str | None:
-    from ._scheduler import current_settings
-
-    return current_settings().namespace
-
-
-def _store(call: Callable[[Backend], Awaitable[T]]) -> T:
-    return _admin_dashboard.store_call(call)
-
-
-def parsed(row: Job) -> Definition | None:
-    """The row's definition (``None``: a removed one, or text the core cannot read), read
-    once per row object."""
-    if not hasattr(row, "_parsed"):
-        found = None
-        if row.definition is not None:
-            with contextlib.suppress(ConfigurationError, ValueError):
-                found = Definition.from_body(row.definition, row.version or 0)
-        row._parsed = found  # type: ignore[attr-defined]
-    result: Definition | None = row._parsed  # type: ignore[attr-defined]
-    return result
-
-
-@cache
-def _zones() -> list[tuple[str, str]]:
-    return [(zone, zone) for zone in sorted(zoneinfo.available_timezones())]
-
-
-def _instant(value: int | None) -> str:
-    return "" if value is None else format_instant_ms(value)
-
-
-# -- the form -------------------------------------------------------------------------------
-class DefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
-    """A definition's fields; :meth:`clean` checks them as the core does and then writes
-    the definition through the store at the version the page read.
-
-    ``held`` (set by :meth:`JobAdmin.get_form`) is the set of targets live instances
-    hold (``None``: the store cannot say): the target's choices.
-    """
-
-    held: set[str] | None = None
-    namespace: str | None = None
-
-    name = forms.CharField(max_length=200, help_text=f"{NAME_FORM}; no ':'")
-    kind = forms.ChoiceField(choices=_KINDS, initial="every", widget=forms.RadioSelect)
-    every = forms.CharField(
-        required=False,
-        help_text="10s, 5m, 1h30m, 1d: slots on the epoch grid (10s: :00, :10, …)",
-    )
-    offset = forms.CharField(
-        required=False, help_text="shifts the grid: every 1d with offset 3h runs at 03:00 UTC"
-    )
-    cron = forms.CharField(
-        required=False, max_length=200, help_text="minute hour day month weekday: 0 3 * * *"
-    )
-    tz = forms.ChoiceField(
-        choices=_zones,
-        initial="UTC",
-        label="Zone",
-        help_text="the IANA zone of the cron expression",
-    )
-    day_or = forms.BooleanField(
-        required=False,
-        initial=True,
-        label="Day or",
-        help_text="with both day fields set, run on days matching either (cron's rule); "
-        "off: days matching both (Celery's)",
-    )
-    at = forms.CharField(
-        required=False, help_text="ISO 8601 with its offset: 2026-12-24T18:00:00+02:00"
-    )
-    target = forms.ChoiceField(
-        choices=[],
-        help_text="a handler registered in code with @scheduler.target(…) (a Celery task "
-        "for celery beat -S anarchon), as the live instances list them",
-    )
-    args = forms.JSONField(required=False, initial=list, help_text="a JSON array")
-    kwargs = forms.JSONField(required=False, initial=dict, help_text="a JSON object")
-    options = forms.JSONField(
-        required=False,
-        initial=dict,
-        help_text='job options by name, e.g. {"timeout": "10m", "catch_up": "latest"}',
-    )
-    target_options = forms.JSONField(
-        required=False,
-        initial=dict,
-        help_text='what the target\'s adapter reads: Celery\'s {"queue": …, "headers": …}',
-    )
-    enabled = forms.BooleanField(required=False, initial=True)
-    reason = forms.CharField(required=False, max_length=500, help_text="why it is disabled")
-    start_at = forms.CharField(required=False, help_text="ISO 8601: no slot before it")
-    end_at = forms.CharField(required=False, help_text="ISO 8601: no slot after it")
-    description = forms.CharField(required=False, max_length=1000, widget=forms.Textarea)
-    keep = forms.BooleanField(
-        required=False,
-        help_text="a one-off stays stored after it ran (else it is removed "
-        "once its slot is older than the history retention)",
-    )
-    version = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
-
-    class Meta:
-        model = Job
-        fields: list[str] = []
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        read = parsed(self.instance) if self.instance.pk else None
-        if read is not None:
-            self.initial.update(_initial(read))
-        if self.instance.pk:
-            self.fields.pop("name", None)  # a definition is renamed by adding another
-        current = self.initial.get("target")
-        targets = set(self.held or ()) | ({current} if current else set())
-        cast(forms.ChoiceField, self.fields["target"]).choices = [("", "---------")] + [
-            (t, t if self.held is None or t in self.held else f"{t} ({_NOT_HELD})")
-            for t in sorted(targets)
-        ]
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            definition = self._definition(data)
-        except ConfigurationError as exc:
-            raise ValidationError(str(exc)) from None
-        self._write(definition)
-        return data
-
-    def _definition(self, data: dict[str, Any]) -> Definition:
-        kind = data["kind"]
-        schedule: dict[str, Any] = {kind: (data.get(kind) or "").strip()}
-        if not schedule[kind]:
-            raise ConfigurationError(f"give the {kind!r} of a schedule of kind {kind!r}")
-        if kind == "every" and (data.get("offset") or "").strip():
-            schedule["offset"] = data["offset"].strip()
-        if kind == "cron":
-            schedule.update(tz=data["tz"], day_or=data["day_or"])
-        read = parsed(self.instance) if self.instance.pk else None
-        return Definition.create(
-            data["name"] if read is None else read.name,
-            schedule,
-            data["target"],
-            args=[] if data.get("args") is None else data["args"],
-            kwargs={} if data.get("kwargs") is None else data["kwargs"],
-            options=data.get("options") or {},
-            enabled=data["enabled"],
-            reason=(data.get("reason") or "").strip() or None,
-            start_at=(data.get("start_at") or "").strip() or None,
-            end_at=(data.get("end_at") or "").strip() or None,
-            description=data.get("description") or "",
-            keep=data["keep"],
-            target_options=data.get("target_options") or {},
-        )
-
-    def _write(self, definition: Definition) -> None:
-        """Write through the store; a refusal becomes the form's error (nothing written)."""
-        read = self.instance.version if self.instance.pk else 0
-        if self.instance.pk and (self.cleaned_data.get("version") or 0) != read:
-            raise ValidationError(_stale(self.cleaned_data.get("version") or 0, read))
-        key = self.instance.job if self.instance.pk else store_name(self.namespace, definition.name)
-
-        async def write(backend: Backend) -> int:
-            if read:
-                return await stored_jobs.write_at(backend, key, definition.body(), read)
-            stored_jobs.refuse_listed(key, await stored_jobs.live_instances(backend))
-            return (await stored_jobs.write_new(backend, key, definition)).version
-
-        try:
-            version = _store(write)
-        except ConflictError as exc:
-            if read:
-                raise ValidationError(_stale(read, exc.current)) from None
-            raise ValidationError(
-                f"a definition named {key!r} exists already: open it to change it"
-            ) from None
-        except (AnarchonError, TimeoutError) as exc:
-            raise ValidationError(f"the store did not take the change: {exc}") from None
-        self.instance.job, self.instance.version = key, version
-        self.instance.definition = definition.body()
-        if not self.instance.pk:
-            self.instance.pk = (
-                Job.objects.using(self.instance._state.db or "default")
-                .values_list("pk", flat=True)
-                .get(job=key)
-            )
-
-
-def _stale(read: int, held: int | None) -> str:
-    now = f"version {held}" if held else "no definition (it was removed)"
-    return (
-        f"Someone changed this definition since you opened it: you edited version {read}, "
-        f"the store now holds {now}. Nothing was saved. Reload the page to see their change, "
-        "then make yours again."
-    )
-
-
-def _initial(definition: Definition) -> dict[str, Any]:
-    """The form's values of a stored definition."""
-    schedule = definition.schedule
-    out: dict[str, Any] = {
-        "name": definition.name,
-        "target": definition.target,
-        "args": list(definition.args),
-        "kwargs": dict(definition.kwargs),
-        "options": dict(definition.options),
-        "target_options": dict(definition.target_options),
-        "enabled": definition.enabled,
-        "reason": definition.reason or "",
-        "start_at": _instant(definition.start_at),
-        "end_at": _instant(definition.end_at),
-        "description": definition.description,
-        "keep": definition.keep,
-        "version": definition.version,
-    }
-    if isinstance(schedule, Every):
-        out.update(kind="every", every=format_duration_ms(schedule.interval_ms))
-        out["offset"] = format_duration_ms(schedule.offset_ms) if schedule.offset_ms else ""
-    elif isinstance(schedule, Cron):
-        out.update(kind="cron", cron=schedule.expression, tz=schedule.tz, day_or=schedule.day_or)
-    elif isinstance(schedule, At):
-        out.update(kind="at", at=format_instant_ms(schedule.at_ms))
-    return out
 
 
 # -- the list's filters -----------------------------------------------------------------------
@@ -376,7 +131,6 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     sortable_by = ()
     list_per_page = 50
     list_max_show_all = 200
-    paginator = BoundedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     actions = ["disable_selected", "enable_selected", "delete_selected"]
@@ -439,13 +193,13 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ) -> Any:
         base = super().get_form(request, obj, change=change, **kwargs)
         held = self._held(request)
-        return type(base.__name__, (base,), {"held": held, "namespace": _namespace()})
+        return type(base.__name__, (base,), {"held": held, "namespace": project_namespace()})
 
     def _held(self, request: HttpRequest) -> set[str] | None:
         """The targets live instances hold, read once per request (``None``: unknown)."""
         if not hasattr(request, _HELD):
             try:
-                held = _store(targets_held)
+                held = store_call(targets_held)
             except (AnarchonError, TimeoutError):
                 held = None
             setattr(request, _HELD, held)
@@ -465,7 +219,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return ""
         held = _listed_held.get()
         if found.owner == "store" and held is not None and found.target not in held:
-            return f"{found.target} ({_NOT_HELD})"
+            return f"{found.target} ({NOT_HELD})"
         return found.target
 
     @admin.display(description="enabled")
@@ -514,7 +268,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         found = parsed(row)
         if found is None or (found.start_at is None and found.end_at is None):
             return "–"
-        return f"from {_instant(found.start_at) or '…'} to {_instant(found.end_at) or '…'}"
+        return f"from {instant(found.start_at) or '…'} to {instant(found.end_at) or '…'}"
 
     @admin.display(description="description")
     def description_shown(self, row: Job) -> str:
@@ -593,9 +347,9 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return await stored_jobs.write_at(backend, row.job, None, version)
 
         try:
-            _store(remove)
+            store_call(remove)
         except ConflictError as exc:
-            raise _Refused(f"{row.job}: {_stale(version, exc.current)}") from None
+            raise _Refused(f"{row.job}: {stale(version, exc.current)}") from None
         except (AnarchonError, TimeoutError) as exc:
             raise _Refused(f"{row.job}: the store did not take the removal: {exc}") from None
 
@@ -633,7 +387,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 return await stored_jobs.write_at(backend, key, body, at)
 
             try:
-                _store(write)
+                store_call(write)
             except (AnarchonError, TimeoutError) as exc:
                 messages.error(request, f"{row.job}: {exc}")
                 continue
@@ -703,7 +457,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return await operations.trigger(backend, row.job, requested_by=by)
 
         try:
-            slot = _store(trigger)
+            slot = store_call(trigger)
         except (AnarchonError, TimeoutError) as exc:
             messages.error(request, f"{row.job} was not run: {exc}")
         else:

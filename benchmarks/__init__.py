@@ -28,4 +28,11 @@ SERVER_BENCHMARKS: tuple[str, ...] = (
 )
 #: Long benchmarks, run by name only: an app served with the scheduler inside it, and
 #: the chaos run on the real stores (minutes long).
-APP_BENCHMARKS: tuple[str, ...] = ("fastapi_latency", "celery_beat", "chaos", "scale")
+APP_BENCHMARKS: tuple[str, ...] = (
+    "fastapi_latency",
+    "celery_beat",
+    "chaos",
+    "scale",
+    "definitions_follow",
+    "admin_definitions",
+)

@@ -517,8 +517,12 @@ def test_zoned_slots_mark_daylight_saving_time_and_its_changes() -> None:
     after = parse_instant_ms("2026-03-26T12:00:00Z")  # DST starts on Sunday the 29th
     slots = zoned_slots(daily, after, 5)
     assert [z.local.strftime("%d %H:%M %Z") for z in slots] == [
-        "27 03:00 EET", "28 03:00 EET", "29 04:00 EEST", "30 03:00 EEST", "31 03:00 EEST"
-    ]  # fmt: skip (03:00 does not exist on the 29th: cron runs at 04:00)
+        "27 03:00 EET",
+        "28 03:00 EET",
+        "29 04:00 EEST",
+        "30 03:00 EEST",
+        "31 03:00 EEST",
+    ]  # 03:00 does not exist on the 29th: cron runs at 04:00
     assert [z.dst for z in slots] == [False, False, True, True, True]
     assert [z.offset_changed for z in slots] == [False, False, True, False, False]
     assert [z.slot for z in slots] == daily.next_slots(after, 5)
