@@ -26,8 +26,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import formats
 
@@ -445,7 +444,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST: a manual run of the job (it does not move the next slot)."""
         if request.method != "POST":
-            return TemplateResponse(request, "admin/base_site.html", status=405)
+            return HttpResponseNotAllowed(["POST"])
         if not request.user.has_perm(TRIGGER_PERMISSION):  # type: ignore[union-attr]
             raise PermissionDenied
         row = self.get_object(request, object_id)
