@@ -25,7 +25,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import formats
@@ -120,6 +120,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "enabled_shown",
         "owner",
         "next_run",
+        "last_run",
         "version",
     )
     list_display_links = ("job",)
@@ -158,8 +159,18 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     # -- rows: the ORM store's, definitions only ------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        """The stored definitions, each with its newest attempt's status and slot: a
+        subquery per listed row on the history's key, never over the whole history."""
         alias = store_alias()
-        rows = Job.objects.using(alias or "default").filter(definition__isnull=False)
+        newest = HistoryRecord.objects.filter(job=OuterRef("job")).order_by("-slot", "-attempt")
+        rows = (
+            Job.objects.using(alias or "default")
+            .filter(definition__isnull=False)
+            .annotate(
+                last_status=Subquery(newest.values("status")[:1]),
+                last_slot=Subquery(newest.values("slot")[:1]),
+            )
+        )
         return rows if alias is not None else rows.none()
 
     def is_code(self, row: Job | None) -> bool:
@@ -240,6 +251,11 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return "–"
         slots = zoned_slots(found.effective_schedule, wall_clock_ms(), 1)
         return _local(slots[0].local) if slots else "none"
+
+    @admin.display(description="last run")
+    def last_run(self, row: Job) -> str:
+        status, slot = getattr(row, "last_status", None), getattr(row, "last_slot", None)
+        return "–" if status is None or slot is None else f"{status}, {_local_ms(slot)}"
 
     @admin.display(description="source")
     def source(self, row: Job) -> str:

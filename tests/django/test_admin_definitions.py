@@ -16,11 +16,12 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
+from test_admin import record, rows
 
 from anarchon_core import stored_jobs
 from anarchon_core.backend import InstanceInfo
 from anarchon_core.definitions import Definition
-from anarchon_core.records import Origin
+from anarchon_core.records import Origin, Status
 from anarchon_django import _admin_dashboard
 from anarchon_django.backend import DjangoBackend
 from anarchon_django.models import Job, Run
@@ -186,6 +187,21 @@ def test_the_page_shows_the_next_slots_in_the_zone_with_dst_marked_and_the_runs(
     assert "03:00:00 EET (+0200)" in slots and "03:00:00 EEST (+0300)" in slots
     assert "the offset changes before this slot" in slots  # a DST change within 5 quarters
     assert "no run yet" in page
+
+
+def test_the_list_shows_each_definitions_newest_run(
+    admin_client: Client, runner: asyncio.Runner, backend: DjangoBackend
+) -> None:
+    for name in ("ran", "never"):
+        store(runner, backend, Definition.create(name, {"every": "1m"}, "reports.send"))
+    now = runner.run(backend.now_ms())
+    older, newer = now - now % MINUTE - 2 * MINUTE, now - now % MINUTE - MINUTE
+    runner.run(record(backend, "ran", older))
+    runner.run(record(backend, "ran", newer, Status.FAILED, error="ValueError: no rows"))
+    page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    listed = {row.split()[0]: row for row in rows(page)}
+    assert "failed" in listed["ran"] and "success" not in listed["ran"]
+    assert "–" in listed["never"]
 
 
 def test_a_target_no_live_instance_holds_is_flagged(
