@@ -573,6 +573,17 @@ class Backend(ABC):
             f"({DEFINITION_BACKENDS})"
         )
 
+    async def read_definition(self, job: str) -> StoredDefinition | None:
+        """The current definition of ``job`` (``None``: never stored, or removed).
+
+        One read of that job's definition where the store can: what a single edit
+        (update, remove, ``anarchon jobs next``) reads instead of every definition. This
+        default reads them all (:meth:`definitions_since` of 0), for a store that has no
+        cheaper way.
+        """
+        found = next((d for d in await self.definitions_since(0) if d.job == job), None)
+        return found if found is not None and found.body is not None else None
+
     async def watch_definitions(self, changed: Callable[[], None]) -> None:
         """Call ``changed()`` soon after any definition changes, until cancelled.
 

@@ -206,8 +206,9 @@ def refuse_listed(key: str, live: list[InstanceInfo]) -> None:
 
 
 async def _latest_definition(backend: Backend, key: str) -> Definition | None:
-    """The stored definition of the store name ``key`` (``None``: none, or removed)."""
-    found = (await current(backend)).get(key)
+    """The stored definition of the store name ``key`` (``None``: none, or removed): one
+    read of that definition (:meth:`Backend.read_definition`)."""
+    found = await backend.read_definition(key)
     if found is None or found.body is None:
         return None
     return Definition.from_body(found.body, found.version)

@@ -126,6 +126,9 @@ class DelegatingBackend(Backend):
             "definitions_since", lambda: self.inner.definitions_since(version)
         )
 
+    async def read_definition(self, job: str) -> StoredDefinition | None:
+        return await self._through("read_definition", lambda: self.inner.read_definition(job))
+
     async def definitions_version(self) -> int:
         return await self._through("definitions_version", lambda: self.inner.definitions_version())
 

@@ -199,6 +199,10 @@ class MemoryBackend(Backend):
         changed = [d for d in self._definitions.values() if d.version > version]
         return sorted(changed, key=lambda d: d.version)
 
+    async def read_definition(self, job: str) -> StoredDefinition | None:
+        stored = self._definitions.get(job)
+        return stored if stored is not None and stored.body is not None else None
+
     async def definitions_version(self) -> int:
         return self._definitions_version
 

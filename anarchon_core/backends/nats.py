@@ -825,6 +825,24 @@ class NatsBackend(Backend):
             ) from exc
         return dict(zip(names, versions, strict=True))
 
+    async def read_definition(self, job: str) -> StoredDefinition | None:
+        """One ``get`` of the job's key in the definitions bucket (its revision is the
+        version; a delete marker is no definition)."""
+        self._open_kv()
+        defs = self._definitions
+        assert defs is not None  # _open_kv checked it
+        try:
+            entry = await defs.get(self.definition_key(job))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        except _TRANSIENT as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.describe()}: reading definition {job!r} failed: {_text(exc)}"
+            ) from exc
+        if entry.value is None:
+            return None
+        return StoredDefinition(job, entry.revision or 0, entry.value.decode())
+
     async def definitions_since(self, version: int) -> list[StoredDefinition]:
         """Every definition whose entry's revision is above ``version``, by revision.
 

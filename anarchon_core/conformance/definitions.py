@@ -2,6 +2,7 @@
 
 The contract is :meth:`~anarchon_core.backend.Backend.write_definition`,
 :meth:`~anarchon_core.backend.Backend.definitions_since`,
+:meth:`~anarchon_core.backend.Backend.read_definition`,
 :meth:`~anarchon_core.backend.Backend.definitions_version` and the ``version`` of a
 claim. A store that keeps no definitions must refuse them with a
 :class:`~anarchon_core.errors.CapabilityError` naming the stores that do; every
@@ -32,6 +33,7 @@ __all__ = [
     "test_concurrent_writers_get_distinct_versions_in_commit_order",
     "test_definitions_since_reads_the_changes_after_a_version",
     "test_every_change_gets_a_higher_version_from_one_counter",
+    "test_one_definition_is_read_by_its_name",
     "test_the_body_comes_back_byte_for_byte",
 ]
 
@@ -119,6 +121,19 @@ async def test_a_removal_leaves_a_tombstone_and_the_name_can_be_created_again(
     assert await backend.definitions_since(v1) == [StoredDefinition(JOB, again, _body(2))]
 
 
+async def test_one_definition_is_read_by_its_name(backend: Backend) -> None:
+    await _keeps_definitions(backend)
+    assert await backend.read_definition(JOB) is None
+    v1 = await backend.write_definition(JOB, _body(1), expected=0)
+    await backend.write_definition("other", _body(9), expected=0)
+    assert await backend.read_definition(JOB) == StoredDefinition(JOB, v1, _body(1))
+    v2 = await backend.write_definition(JOB, _body(2), expected=v1)
+    assert await backend.read_definition(JOB) == StoredDefinition(JOB, v2, _body(2))
+    await backend.write_definition(JOB, None, expected=v2)
+    assert await backend.read_definition(JOB) is None  # removed: a tombstone is none
+    assert await backend.read_definition("never") is None
+
+
 async def test_the_body_comes_back_byte_for_byte(backend: Backend) -> None:
     await _keeps_definitions(backend)
     body = json.dumps(
@@ -127,6 +142,9 @@ async def test_the_body_comes_back_byte_for_byte(backend: Backend) -> None:
     )
     version = await backend.write_definition("ns:job.name-1", body, expected=0)
     assert await backend.definitions_since(0) == [StoredDefinition("ns:job.name-1", version, body)]
+    assert await backend.read_definition("ns:job.name-1") == StoredDefinition(
+        "ns:job.name-1", version, body
+    )
 
 
 async def test_concurrent_writers_get_distinct_versions_in_commit_order(backend: Backend) -> None:

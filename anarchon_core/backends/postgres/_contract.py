@@ -258,6 +258,10 @@ class PostgresContract(Backend):
         rows = await self._rows(self.sql.definitions_since, (version,))
         return [StoredDefinition(job, int(v), body) for job, v, body in rows]
 
+    async def read_definition(self, job: str) -> StoredDefinition | None:
+        rows = await self._rows(self.sql.read_definition, (job,))
+        return None if not rows else StoredDefinition(job, int(rows[0][0]), rows[0][1])
+
     async def definitions_version(self) -> int:
         return int((await self._row(self.sql.definitions_version))[0])
 

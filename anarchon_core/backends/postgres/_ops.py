@@ -26,6 +26,7 @@ __all__ = [
     "PRUNE_BATCH",
     "PRUNE_INSTANCES",
     "PRUNE_KEEP",
+    "READ_DEFINITION",
     "REGISTER",
     "SET_PAUSED",
     "TRIGGER",
@@ -176,6 +177,10 @@ $anarchon$
 DEFINITIONS_SINCE = """
 SELECT j.job, j.version, j.definition FROM {jobs} j
 WHERE j.version > %s::bigint ORDER BY j.version
+"""
+
+READ_DEFINITION = """
+SELECT j.version, j.definition FROM {jobs} j WHERE j.job = %s AND j.definition IS NOT NULL
 """
 
 DEFINITIONS_VERSION = """

@@ -698,6 +698,7 @@ class Statements:
             write=functions["define"],
         )
         self.definitions_since = render(ops.DEFINITIONS_SINCE)
+        self.read_definition = render(ops.READ_DEFINITION)
         self.definitions_version = render(ops.DEFINITIONS_VERSION)
         self.heartbeat = render(_HEARTBEAT)
         self.finish = render(_FINISH)

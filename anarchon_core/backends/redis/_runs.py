@@ -412,6 +412,14 @@ class RedisLeaseBackend(_RunsBackend):
             with contextlib.suppress(Exception):
                 await pubsub.aclose()
 
+    async def read_definition(self, job: str) -> StoredDefinition | None:
+        """One ``HMGET`` of the job's definition hash (a tombstone has no body)."""
+        with self._errors():
+            version, body = await command(
+                self.client, "HMGET", self._key(job, "definition"), "version", "body"
+            )
+        return None if body is None else StoredDefinition(job, int(version), body)
+
     async def definitions_version(self) -> int:
         with self._errors():
             version = await command(self.client, "GET", self._definitions_version_key)

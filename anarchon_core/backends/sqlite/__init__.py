@@ -402,6 +402,9 @@ class SqliteBackend(Backend):
     async def definitions_since(self, version: int) -> list[StoredDefinition]:
         return await self._call(partial(decisions.definitions_since, version=version))
 
+    async def read_definition(self, job: str) -> StoredDefinition | None:
+        return await self._call(partial(decisions.read_definition, job=job))
+
     async def definitions_version(self) -> int:
         return await self._call(decisions.definitions_version)
 

@@ -44,6 +44,7 @@ __all__ = [
     "instance_from_row",
     "live_run",
     "prune",
+    "read_definition",
     "register",
     "take_over",
     "trigger",
@@ -182,6 +183,12 @@ def definitions_version(conn: sqlite3.Connection) -> int:
         return int(row[0])
     (highest,) = conn.execute(sql.HIGHEST_DEFINITION).fetchone()
     return 0 if highest is None else int(highest)
+
+
+def read_definition(conn: sqlite3.Connection, job: str) -> StoredDefinition | None:
+    """``job``'s current definition (``None``: none, or removed): one row by the key."""
+    row = conn.execute(sql.READ_DEFINITION, (job,)).fetchone()
+    return None if row is None else StoredDefinition(job, int(row[0]), row[1])
 
 
 def definitions_since(conn: sqlite3.Connection, version: int) -> list[StoredDefinition]:

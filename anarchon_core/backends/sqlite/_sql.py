@@ -188,6 +188,9 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value
 # version the rows hold, so that versions never go back.
 HIGHEST_DEFINITION = "SELECT max(version) FROM anarchon_jobs"
 DEFINITION_VERSION = "SELECT version FROM anarchon_jobs WHERE job = ? AND definition IS NOT NULL"
+READ_DEFINITION = (
+    "SELECT version, definition FROM anarchon_jobs WHERE job = ? AND definition IS NOT NULL"
+)
 WRITE_DEFINITION = """
 INSERT INTO anarchon_jobs (job, paused, version, definition) VALUES (?, 0, ?, ?)
 ON CONFLICT (job) DO UPDATE SET version = excluded.version, definition = excluded.definition
