@@ -159,19 +159,15 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     # -- rows: the ORM store's, definitions only ------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        """The stored definitions, each with its newest attempt's status and slot: a
-        subquery per listed row on the history's key, never over the whole history."""
         alias = store_alias()
-        newest = HistoryRecord.objects.filter(job=OuterRef("job")).order_by("-slot", "-attempt")
-        rows = (
-            Job.objects.using(alias or "default")
-            .filter(definition__isnull=False)
-            .annotate(
-                last_status=Subquery(newest.values("status")[:1]),
-                last_slot=Subquery(newest.values("slot")[:1]),
-            )
-        )
+        rows = Job.objects.using(alias or "default").filter(definition__isnull=False)
         return rows if alias is not None else rows.none()
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The list, its page's rows each with its newest attempt (:func:`_newest_runs`)."""
+        changelist = super().get_changelist_instance(request)
+        _newest_runs(list(changelist.result_list))
+        return changelist
 
     def is_code(self, row: Job | None) -> bool:
         found = None if row is None else parsed(row)
@@ -479,6 +475,27 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             messages.success(request, f"{row.job}: a manual run is requested ({_local_ms(slot)}).")
             self.log_change(request, row, "run now")
         return HttpResponseRedirect(reverse("admin:anarchon_django_job_change", args=[row.pk]))
+
+
+def _newest_runs(rows: list[Job]) -> None:
+    """Set each row's ``last_status`` and ``last_slot``: one query for the page, a
+    subquery per row on the history's key (an annotation of the list's query would be
+    computed for every row an offset skips, too)."""
+    if not rows:
+        return
+    newest = HistoryRecord.objects.filter(job=OuterRef("job")).order_by("-slot", "-attempt")
+    found = {
+        pk: (status, slot)
+        for pk, status, slot in Job.objects.using(rows[0]._state.db)
+        .filter(pk__in=[row.pk for row in rows])
+        .annotate(
+            last_status=Subquery(newest.values("status")[:1]),
+            last_slot=Subquery(newest.values("slot")[:1]),
+        )
+        .values_list("pk", "last_status", "last_slot")
+    }
+    for row in rows:
+        row.last_status, row.last_slot = found.get(row.pk, (None, None))  # type: ignore[attr-defined]
 
 
 class _Refused(Exception):
