@@ -731,7 +731,9 @@ class ZonedSlot:
     slot: int
     local: dt.datetime
     dst: bool
-    """Whether the zone observes daylight-saving time at this slot."""
+    """Whether the slot falls in the zone's daylight-saving time: its UTC offset is the
+    higher of the year's two (not ``dst()``, which tzdata makes negative in winter for
+    Europe/Dublin)."""
     offset_changed: bool
     """Whether the zone's UTC offset differs from the previous slot's (a DST change lies
     between them: a cron slot may then move, be skipped or repeat; docs/schedules.md)."""
@@ -746,6 +748,17 @@ def zoned_slots(schedule: Schedule, after_ms: int, count: int) -> list[ZonedSlot
         local = (_EPOCH + slot * _ONE_MS).astimezone(zone)
         offset = local.utcoffset()
         changed = previous is not None and offset != previous
-        out.append(ZonedSlot(slot, local, bool(local.dst()), changed))
+        out.append(ZonedSlot(slot, local, _in_summer_time(local, zone), changed))
         previous = offset
     return out
+
+
+def _in_summer_time(local: dt.datetime, zone: zoneinfo.ZoneInfo) -> bool:
+    """Whether ``local``'s offset is the higher of its year's January and July offsets
+    (both hemispheres; a zone without DST has the two equal)."""
+    january = dt.datetime(local.year, 1, 1, tzinfo=zone).utcoffset()
+    july = dt.datetime(local.year, 7, 1, tzinfo=zone).utcoffset()
+    offset = local.utcoffset()
+    if january is None or july is None or offset is None or january == july:
+        return False
+    return offset > min(january, july)

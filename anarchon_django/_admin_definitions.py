@@ -25,8 +25,15 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.db.models import JSONField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Cast
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.urls import URLPattern, path, reverse
 from django.utils import formats
 
@@ -44,6 +51,7 @@ from ._definition_form import (
     instant,
     parsed,
     project_namespace,
+    registered_targets,
     stale,
     store_alias,
     store_call,
@@ -59,8 +67,15 @@ TRIGGER_PERMISSION = "anarchon_django.trigger_job"
 
 
 # -- the list's filters -----------------------------------------------------------------------
+def _top_level(queryset: QuerySet[Any], key: str, value: Any) -> QuerySet[Any]:
+    """The rows whose definition has ``key`` = ``value`` at its top level: the JSON text
+    read as JSON by the database (a substring would match a key of ``kwargs`` too)."""
+    as_json = Cast("definition", output_field=JSONField())
+    return queryset.alias(document=as_json).filter(**{f"document__{key}": value})
+
+
 class OwnerFilter(admin.SimpleListFilter):
-    """Stored or a code job's copy: a substring of the canonical JSON text (no parsing)."""
+    """Stored definitions, or code jobs' copies."""
 
     title, parameter_name = "owner", "owner"
 
@@ -70,22 +85,21 @@ class OwnerFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() not in ("store", "code"):
             return queryset
-        return queryset.filter(definition__contains=f'"owner":"{self.value()}"')
+        return _top_level(queryset, "owner", self.value())
 
 
 class EnabledFilter(admin.SimpleListFilter):
+    """Enabled or disabled definitions."""
+
     title, parameter_name = "enabled", "enabled"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("yes", "enabled"), ("no", "disabled")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        disabled = queryset.filter(definition__contains='"enabled":false')
-        if self.value() == "no":
-            return disabled
-        if self.value() == "yes":
-            return queryset.exclude(definition__contains='"enabled":false')
-        return queryset
+        if self.value() not in ("yes", "no"):
+            return queryset
+        return _top_level(queryset, "enabled", self.value() == "yes")
 
 
 # -- the admin ------------------------------------------------------------------------------------
@@ -173,8 +187,14 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         found = None if row is None else parsed(row)
         return found is not None and found.owner == "code"
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return store_alias() is not None and super().has_add_permission(request)
+
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_change_permission(request, obj) and not self.is_code(obj)
+        """Never a code job's copy (change it in the code), nor a definition whose text
+        this version cannot read (a newer core's: shown read-only, may be deleted)."""
+        editable = obj is None or (parsed(obj) is not None and not self.is_code(obj))
+        return editable and super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return super().has_delete_permission(request, obj) and not self.is_code(obj)
@@ -198,8 +218,12 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
     ) -> Any:
         base = super().get_form(request, obj, change=change, **kwargs)
-        held = self._held(request)
-        return type(base.__name__, (base,), {"held": held, "namespace": project_namespace()})
+        extra = {
+            "held": self._held(request),
+            "registered": registered_targets(),
+            "namespace": project_namespace(),
+        }
+        return type(base.__name__, (base,), extra)
 
     def _held(self, request: HttpRequest) -> set[str] | None:
         """The targets live instances hold, read once per request (``None``: unknown)."""
@@ -257,7 +281,10 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def source(self, row: Job) -> str:
         found = parsed(row)
         if found is None:
-            return ""
+            return (
+                "a definition this version cannot read (a newer anarchon's, or damaged): "
+                f"read-only, it may be deleted; its text: {row.definition}"
+            )
         if found.owner == "code":
             return f"{found.description} (read-only: change it in the code)"
         return "stored (edit it here, with manage.py anarchon jobs or the JSON API)"
@@ -306,6 +333,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> Any:
+        _listed_held.set(self._held(request))  # the read-only page shows the target's flag
         if object_id is not None:
             extra_context = {**(extra_context or {}), **self._about(request, object_id)}
         # Django's own view without its transaction (see the module): a private method,
@@ -377,11 +405,14 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _set_enabled(
         self, request: HttpRequest, queryset: QuerySet[Job], enabled: bool, reason: str | None
     ) -> None:
-        done = 0
-        for row in queryset[: self.list_max_show_all]:
+        done, limit = 0, self.list_max_show_all
+        if queryset.count() > limit:
+            messages.warning(request, f"only the first {limit} selected definitions are changed")
+        for row in queryset[:limit]:
             found = parsed(row)
             if found is None or found.owner == "code":
-                messages.warning(request, f"{row.job}: a code job's copy, left as it is")
+                what = "a code job's copy" if found else "a definition this version cannot read"
+                messages.warning(request, f"{row.job}: {what}, left as it is")
                 continue
             if found.enabled == enabled:
                 continue
@@ -457,10 +488,11 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """POST: a manual run of the job (it does not move the next slot)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        if not request.user.has_perm(TRIGGER_PERMISSION):  # type: ignore[union-attr]
-            raise PermissionDenied
         row = self.get_object(request, object_id)
         if row is None:
+            raise Http404(f"no stored definition with id {object_id!r}")
+        may_run = request.user.has_perm(TRIGGER_PERMISSION)  # type: ignore[union-attr]
+        if not (may_run and self.has_view_permission(request, row)):
             raise PermissionDenied
         by = f"django-admin:{request.user.get_username()}@{socket.gethostname()}"
 

@@ -37,6 +37,7 @@ __all__ = [
     "instant",
     "parsed",
     "project_namespace",
+    "registered_targets",
     "stale",
     "store_alias",
     "store_call",
@@ -62,6 +63,13 @@ def store_alias() -> str | None:
         return alias_from_url(get_scheduler().backend_url)
     except ConfigurationError:
         return None
+
+
+def registered_targets() -> frozenset[str]:
+    """The targets this process's scheduler registers (its jobs modules')."""
+    from ._scheduler import get_scheduler
+
+    return frozenset(get_scheduler().targets)
 
 
 def project_namespace() -> str | None:
@@ -106,6 +114,9 @@ class DefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
     """
 
     held: set[str] | None = None
+    registered: frozenset[str] = frozenset()
+    """The targets this process's scheduler registers (offered even when no instance
+    that holds them is live; marked then)."""
     namespace: str | None = None
 
     name = forms.CharField(max_length=200, help_text=f"{NAME_FORM}; no ':'")
@@ -146,7 +157,7 @@ class DefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
     options = forms.JSONField(
         required=False,
         initial=dict,
-        help_text='job options by name, e.g. {"timeout": "10m", "catch_up": "latest"}',
+        help_text='job options by name, e.g. {"timeout_ms": 600000, "catch_up": "latest"}',
     )
     target_options = forms.JSONField(
         required=False,
@@ -177,7 +188,7 @@ class DefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
         if self.instance.pk:
             self.fields.pop("name", None)  # a definition is renamed by adding another
         current = self.initial.get("target")
-        targets = set(self.held or ()) | ({current} if current else set())
+        targets = set(self.held or ()) | set(self.registered) | ({current} if current else set())
         cast(forms.ChoiceField, self.fields["target"]).choices = [("", "---------")] + [
             (t, t if self.held is None or t in self.held else f"{t} ({NOT_HELD})")
             for t in sorted(targets)
@@ -226,6 +237,8 @@ class DefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
         if self.instance.pk and (self.cleaned_data.get("version") or 0) != read:
             raise ValidationError(stale(self.cleaned_data.get("version") or 0, read))
         key = self.instance.job if self.instance.pk else store_name(self.namespace, definition.name)
+        if read and definition.body() == self.instance.definition:
+            return  # unchanged: a new version would make every replica plan the job again
 
         async def write(backend: Backend) -> int:
             if read:
@@ -241,16 +254,18 @@ class DefinitionForm(forms.ModelForm):  # type: ignore[type-arg]
             raise ValidationError(
                 f"a definition named {key!r} exists already: open it to change it"
             ) from None
-        except (AnarchonError, TimeoutError) as exc:
+        except TimeoutError:
+            raise ValidationError(
+                "the store did not answer in time: the change may have been saved or not; "
+                "reload the page to see what the store holds"
+            ) from None
+        except AnarchonError as exc:
             raise ValidationError(f"the store did not take the change: {exc}") from None
         self.instance.job, self.instance.version = key, version
         self.instance.definition = definition.body()
         if not self.instance.pk:
-            self.instance.pk = (
-                Job.objects.using(self.instance._state.db or "default")
-                .values_list("pk", flat=True)
-                .get(job=key)
-            )
+            rows = Job.objects.using(store_alias() or "default")
+            self.instance.pk = rows.values_list("pk", flat=True).get(job=key)
 
 
 def stale(read: int, held: int | None) -> str:

@@ -527,3 +527,20 @@ def test_zoned_slots_mark_daylight_saving_time_and_its_changes() -> None:
     assert [z.offset_changed for z in slots] == [False, False, True, False, False]
     assert [z.slot for z in slots] == daily.next_slots(after, 5)
     assert zoned_slots(At("2026-03-27T00:00:00Z"), after, 5)[0].local.tzname() == "UTC"
+
+
+@pytest.mark.parametrize(
+    ("zone", "summer"),
+    [
+        ("Europe/Dublin", "07"),  # tzdata: IST is standard, GMT a negative DST
+        ("Australia/Sydney", "01"),  # southern hemisphere
+        ("America/New_York", "07"),
+        ("Asia/Tokyo", None),  # no DST
+    ],
+)
+def test_zoned_slots_mark_summer_time_in_every_hemisphere(zone: str, summer: str | None) -> None:
+    monthly = Cron("0 12 1 * *", zone)
+    slots = zoned_slots(monthly, parse_instant_ms("2026-01-15T00:00:00Z"), 12)
+    marked = {z.local.strftime("%m") for z in slots if z.dst}
+    assert (summer in marked) if summer else not marked
+    assert len(marked) in ((0,) if summer is None else range(4, 9))

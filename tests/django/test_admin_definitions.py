@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,8 @@ from anarchon_core import stored_jobs
 from anarchon_core.backend import InstanceInfo
 from anarchon_core.definitions import Definition
 from anarchon_core.records import Origin, Status
-from anarchon_django import _admin_dashboard
+from anarchon_django import _admin_dashboard, _scheduler
+from anarchon_django._scheduler import DjangoScheduler
 from anarchon_django.backend import DjangoBackend
 from anarchon_django.models import Job, Run
 
@@ -62,6 +64,14 @@ def read(runner: asyncio.Runner, backend: DjangoBackend, name: str) -> Definitio
 
 def change_url(name: str) -> str:
     return reverse("admin:anarchon_django_job_change", args=[Job.objects.get(job=name).pk])
+
+
+def errors(html: str) -> str:
+    """The text of the page's error lists and error note (not the values echoed back)."""
+    found = re.findall(
+        r'<(?:ul class="errorlist[^"]*"|p class="errornote")[^>]*>(.*?)</(?:ul|p)>', html, re.S
+    )
+    return " ".join(re.sub(r"<[^>]+>", " ", part) for part in found)
 
 
 def form(definition: Definition | None = None, **changes: Any) -> dict[str, Any]:
@@ -130,7 +140,7 @@ def test_a_definition_is_added_through_the_store(
         ({"kwargs": "[1, 2]"}, "kwargs"),
         ({"args": "{not json"}, "Enter a valid JSON"),
         ({"name": "has:colon"}, "may not contain &#x27;:&#x27;"),
-        ({"options": '{"timeout": "forever"}'}, "forever"),
+        ({"options": '{"timeout_ms": "forever"}'}, "forever"),
         ({"start_at": "2026-12-02T00:00:00Z", "end_at": "2026-12-01T00:00:00Z"}, "before"),
         ({"target": "not.held"}, "Select a valid choice"),
         ({"tz": "Mars/Olympus"}, "Select a valid choice"),
@@ -146,7 +156,7 @@ def test_the_form_refuses_a_bad_value_naming_it(
     held(runner, backend, "reports.send")
     response = admin_client.post(reverse(ADD), form(**changes))
     assert response.status_code == 200
-    assert error in response.content.decode()
+    assert error in errors(response.content.decode())
     assert read(runner, backend, "reports.daily") is None
 
 
@@ -167,9 +177,12 @@ def test_a_change_names_the_version_read_and_a_stale_one_is_refused(
     # Someone else saved meanwhile: the page of version `first` is refused, nothing written.
     stale = admin_client.post(url, form(first, every="30s"))
     assert stale.status_code == 200
-    text = stale.content.decode()
+    text = errors(stale.content.decode())
     assert "Someone changed this definition since you opened it" in text
     assert f"you edited version {first.version}" in text
+    assert read(runner, backend, "reports.daily") == second
+    # Saved unchanged: no new version (every replica would plan the job again).
+    assert admin_client.post(url, form(second, every="20s")).status_code == 302
     assert read(runner, backend, "reports.daily") == second
 
 
@@ -302,8 +315,7 @@ def test_disable_enable_and_delete_go_through_the_store(
         {"action": "delete_selected", "_selected_action": [b_pk], "post": "yes"},
     )
     assert read(runner, backend, "b") is None
-    listed = admin_client.get(reverse(CHANGELIST)).content.decode()
-    assert "0 jobs" in listed or "0 results" in listed or 'id="result_list"' not in listed
+    assert not rows_of(admin_client.get(reverse(CHANGELIST)).content.decode())
 
 
 def test_run_now_requests_a_manual_run(
@@ -316,9 +328,91 @@ def test_run_now_requests_a_manual_run(
     pk = Job.objects.get(job="reports.daily").pk
     page = admin_client.get(change_url("reports.daily")).content.decode()
     assert 'id="anarchon-run-now"' in page
-    response = admin_client.post(reverse("admin:anarchon_django_job_run", args=[pk]), follow=True)
+    run_now = reverse("admin:anarchon_django_job_run", args=[pk])
+    assert admin_client.get(run_now).status_code == 405
+    response = admin_client.post(run_now, follow=True)
     assert "a manual run is requested" in response.content.decode()
     runs = Run.objects.filter(job="reports.daily")
     assert [(run.origin, run.state) for run in runs] == [(Origin.MANUAL.value, "pending")]
-    assert read(runner, backend, "reports.daily") == daily  # the schedule did not move
+    # The next slots are the schedule's, as before: a manual run does not move them.
+    after = admin_client.get(change_url("reports.daily")).content.decode()
+    assert next_slots(after) == next_slots(page)
+    assert all(slot.endswith("T07:00:00.000Z") for slot in next_slots(after))
+    assert read(runner, backend, "reports.daily") == daily
     assert json.loads(Job.objects.get(job="reports.daily").definition or "{}")["enabled"]
+
+
+def next_slots(html: str) -> list[str]:
+    """The UTC column of a definition page's next slots."""
+    table = html.split('id="anarchon-next-slots"', 1)[1].split("</fieldset>", 1)[0]
+    return re.findall(r"<td>(\d{4}-\d\d-\d\dT[^<]*Z)</td>", table)
+
+
+def rows_of(html: str) -> list[str]:
+    return rows(html) if 'id="result_list"' in html else []
+
+
+def test_run_now_needs_the_trigger_permission(
+    client: Client, django_user_model: Any, runner: asyncio.Runner, backend: DjangoBackend
+) -> None:
+    daily = store(
+        runner, backend, Definition.create("reports.daily", {"cron": "0 7 * * *"}, "reports.send")
+    )
+    held(runner, backend, "reports.send", jobs={"reports.daily": daily.fingerprint()})
+    editor = django_user_model.objects.create_user("editor", password="pw", is_staff=True)
+    editor.user_permissions.add(*Permission.objects.filter(codename__in=["view_job", "change_job"]))
+    client.force_login(editor)
+    assert 'id="anarchon-run-now"' not in client.get(change_url("reports.daily")).content.decode()
+    pk = Job.objects.get(job="reports.daily").pk
+    assert client.post(reverse("admin:anarchon_django_job_run", args=[pk])).status_code == 403
+    assert not Run.objects.filter(job="reports.daily").exists()
+    missing = reverse("admin:anarchon_django_job_run", args=[pk + 1000])
+    editor.user_permissions.add(Permission.objects.get(codename="trigger_job"))
+    assert client.post(missing).status_code == 404
+
+
+def test_filters_read_the_top_level_of_a_definition(
+    admin_client: Client, runner: asyncio.Runner, backend: DjangoBackend
+) -> None:
+    tricky = Definition.create(
+        "tricky", {"every": "1m"}, "reports.send", kwargs={"enabled": False, "owner": "code"}
+    )
+    store(runner, backend, tricky)
+    store(runner, backend, Definition.create("off", {"every": "1m"}, "reports.send", enabled=False))
+
+    def listed(query: str) -> set[str]:
+        html = admin_client.get(reverse(CHANGELIST) + query).content.decode()
+        return {row.split()[0] for row in rows_of(html)}
+
+    assert listed("?enabled=no") == {"off"}
+    assert listed("?enabled=yes") == {"tricky"}
+    assert listed("?owner=code") == set()
+    assert listed("?owner=store") == {"tricky", "off"}
+
+
+def test_a_definition_this_version_cannot_read_is_read_only_and_can_be_deleted(
+    admin_client: Client, runner: asyncio.Runner, backend: DjangoBackend
+) -> None:
+    runner.run(backend.write_definition("future", '{"schedule": {"solar": "dawn"}}', expected=0))
+    url = change_url("future")
+    page = admin_client.get(url).content.decode()
+    assert 'name="_save"' not in page
+    assert "a definition this version cannot read" in page and "solar" in page
+    assert admin_client.post(url, form(name="future")).status_code == 403
+    delete = reverse("admin:anarchon_django_job_delete", args=[Job.objects.get(job="future").pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 302
+    assert runner.run(backend.read_definition("future")) is None
+
+
+def test_another_store_is_not_read_and_says_so(
+    admin_client: Client, tmp_path: Any, runner: asyncio.Runner, backend: DjangoBackend
+) -> None:
+    store(runner, backend, Definition.create("in.orm", {"every": "1m"}, "reports.send"))
+    old = _scheduler.reset_scheduler(DjangoScheduler(f"sqlite:///{tmp_path / 'other.db'}"))
+    try:
+        page = admin_client.get(reverse(CHANGELIST), follow=True).content.decode()
+        assert "these pages cannot read its definitions" in page
+        assert not rows_of(page)
+        assert admin_client.get(reverse(ADD)).status_code == 403
+    finally:
+        _scheduler.reset_scheduler(old)
