@@ -35,7 +35,7 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.urls import URLPattern, path, reverse
-from django.utils import formats
+from django.utils import formats, timezone
 
 from anarchon_core import operations, stored_jobs
 from anarchon_core.backend import Backend, wall_clock_ms
@@ -362,7 +362,9 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """Nothing: a definition has no related rows."""
 
     def log_deletions(self, request: HttpRequest, queryset: Any) -> list[Any]:
-        """Nothing here: each removal is logged once the store took it (:meth:`delete_model`)."""
+        """Nothing: Django calls this before the removal (single and bulk delete), and a
+        removal the store refuses must leave no "deleted" entry; :meth:`delete_model` logs
+        each removal once the store took it. No other caller logs deletions here."""
         return []
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
@@ -540,6 +542,5 @@ def _local(value: dt.datetime) -> str:
 
 
 def _local_ms(ms: int) -> str:
-    from django.utils import timezone
-
+    """An instant in the current time zone, to the second (as the history's pages)."""
     return formats.date_format(timezone.localtime(ms_to_datetime(ms)), "Y-m-d H:i:s T")

@@ -5,7 +5,9 @@ Django is configured here (``settings.configure``: the admin, auth, sessions and
 a fresh PostgreSQL database, ``migrate`` makes the tables, and ``--definitions`` rows
 (every 1 to 59 minutes or a cron in one of four zones, one in ten disabled, a code job's
 copy in twenty) are written straight into the store's table with its counter, as
-``write_definition`` would leave them. A superuser's ``django.test.Client`` then asks,
+``write_definition`` would leave them, with ``--attempts`` recorded runs of each in the
+history (the list shows each row's newest) and a live instance holding the targets in
+the registry (the form's choices, the list's flags). A superuser's ``django.test.Client`` then asks,
 interleaved over ``--repeats`` rounds, for: the list's first page, a page in the middle
 and the last one, a search by name, a search by target (a text of the definition), the
 disabled ones (a filter), and one definition's change page (form, next slots, runs).
@@ -62,11 +64,47 @@ def definition(n: int) -> Definition:
     )
 
 
-def fill(count: int) -> None:
-    """``count`` definitions in the store's table and its counter, in one transaction."""
+def fill(count: int, attempts: int) -> None:
+    """``count`` definitions in the store's table and its counter, ``attempts`` recorded
+    runs of each in the history (the list shows each row's newest), and one live
+    instance in the registry holding the targets (what the form and the list read)."""
     from django.db import connection, transaction
 
-    from anarchon_django.models import Job, StoreMeta
+    from anarchon_django.models import HistoryRecord, Instance, Job, StoreMeta
+
+    now = int(time.time() * 1000)
+    with transaction.atomic():
+        HistoryRecord.objects.bulk_create(
+            (
+                HistoryRecord(
+                    job=definition(n).name,
+                    slot=now - (k + 1) * 60_000,
+                    attempt=1,
+                    origin="schedule",
+                    status="success" if k else "failed",
+                    instance_id="web-1",
+                    claimed_at=now,
+                    started_at=now,
+                    finished_at=now,
+                )
+                for n in range(count)
+                for k in range(attempts)
+            ),
+            batch_size=5000,
+        )
+        info = {
+            "instance_id": "web-1",
+            "host": "web-1",
+            "pid": 1,
+            "version": "bench",
+            "started_at": now,
+            "last_seen": now,
+            "jobs": {},
+            "targets": [f"reports.task_{n:02d}" for n in range(40)],
+        }
+        Instance.objects.create(
+            instance_id="web-1", info=info, last_seen=now, expires_at=now + 3_600_000
+        )
 
     with transaction.atomic():
         Job.objects.bulk_create(
@@ -82,6 +120,7 @@ def fill(count: int) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE anarchon_jobs")
+            cursor.execute("ANALYZE anarchon_attempts")
 
 
 def pages(count: int) -> dict[str, tuple[str, int]]:
@@ -188,7 +227,7 @@ def configure(db: str, tmp: Path, url: str | None) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
-def run_one(db: str, count: int, repeats: int) -> None:
+def run_one(db: str, count: int, repeats: int, attempts: int) -> None:
     """One database, in this process (Django is configured once per process)."""
     server = os.environ.get("ANARCHON_BENCH_POSTGRES", DEFAULT_URL)
     url = create_database(server) if db == "postgres" else None
@@ -196,7 +235,7 @@ def run_one(db: str, count: int, repeats: int) -> None:
         with tempfile.TemporaryDirectory(prefix="anarchon-admin-bench-") as tmp:
             configure(db, Path(tmp), url)
             started = time.perf_counter()
-            fill(count)
+            fill(count, attempts)
             filled = time.perf_counter() - started
             from anarchon_django import _admin_dashboard
 
@@ -215,8 +254,8 @@ def run_one(db: str, count: int, repeats: int) -> None:
         for name, t in times.items()
     ]
     print_table(
-        f"{db}: the admin's definition pages, {count:,} definitions (filled in {filled:.1f} s), "
-        f"{repeats} interleaved rounds",
+        f"{db}: the admin's definition pages, {count:,} definitions and {count * attempts:,} "
+        f"recorded runs (filled in {filled:.1f} s), {repeats} interleaved rounds",
         ("page", "median ms", "min ms", "max ms"),
         rows,
     )
@@ -236,11 +275,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--definitions", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--attempts", type=int, default=3, help="recorded runs per definition")
     args = parser.parse_args(argv)
     if not 1 <= args.definitions <= 1_000_000 or not 1 <= args.repeats <= 1000:
         parser.error("give 1 to 1,000,000 definitions and 1 to 1,000 repeats")
+    if not 0 <= args.attempts <= 100:
+        parser.error("give 0 to 100 attempts per definition")
     if args.db != "both":
-        run_one(args.db, args.definitions, args.repeats)
+        run_one(args.db, args.definitions, args.repeats, args.attempts)
         return
     print(machine(), flush=True)
     for db in ("sqlite", "postgres"):
@@ -255,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 str(args.definitions),
                 "--repeats",
                 str(args.repeats),
+                "--attempts",
+                str(args.attempts),
             ],
             check=True,
         )
