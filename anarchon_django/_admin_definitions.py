@@ -7,7 +7,8 @@ parses only its own 50, in the key's order. Every write goes through the store, 
 the page read, as ``manage.py anarchon jobs`` and the JSON API write: a stale edit is
 refused with :class:`~anarchon_core.errors.ConflictError` and nothing is overwritten;
 every replica follows the change within a heartbeat. A code job's stored copy
-(owner ``code``) is shown read-only, with its source.
+(owner ``code``) is shown read-only, with its source. The list's filters and columns
+are :mod:`anarchon_django._definition_columns`, the form :mod:`~anarchon_django._definition_form`.
 
 The store's writes happen on the dashboard's loop thread, on the store's own
 connection (:mod:`anarchon_django._definition_form`), so the views that write run
@@ -17,16 +18,12 @@ would hold the lock that write waits for.
 
 from __future__ import annotations
 
-import contextvars
-import datetime as dt
-import json
 import socket
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import JSONField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Cast
+from django.db.models import QuerySet
 from django.http import (
     Http404,
     HttpRequest,
@@ -35,20 +32,27 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.urls import URLPattern, path, reverse
-from django.utils import formats, timezone
 
 from anarchon_core import operations, stored_jobs
 from anarchon_core.backend import Backend, wall_clock_ms
 from anarchon_core.definitions import Definition
 from anarchon_core.errors import AnarchonError, ConflictError
-from anarchon_core.records import error_summary, ms_to_datetime
+from anarchon_core.records import error_summary
 from anarchon_core.schedules import format_instant_ms, zoned_slots
 from anarchon_core.web.api import targets_held
 
+from ._definition_columns import (
+    READ_ONLY,
+    DefinitionColumns,
+    EnabledFilter,
+    OwnerFilter,
+    listed_held,
+    local,
+    local_ms,
+    newest_runs,
+)
 from ._definition_form import (
-    NOT_HELD,
     DefinitionForm,
-    instant,
     parsed,
     project_namespace,
     registered_targets,
@@ -58,71 +62,19 @@ from ._definition_form import (
 )
 from .models import HistoryRecord, Job
 
-__all__ = ["EnabledFilter", "JobAdmin", "OwnerFilter"]
+__all__ = ["JobAdmin"]
 
 #: How many next slots a definition's page shows, and how many of its newest attempts.
 NEXT_SLOTS, HISTORY_ROWS = 5, 20
 #: The permission of "run now" (as the dashboard's).
 TRIGGER_PERMISSION = "anarchon_django.trigger_job"
-
-
-# -- the list's filters -----------------------------------------------------------------------
-def _top_level(queryset: QuerySet[Any], key: str, value: Any) -> QuerySet[Any]:
-    """The rows whose definition has ``key`` = ``value`` at its top level: the JSON text
-    read as JSON by the database (a substring would match a key of ``kwargs`` too)."""
-    as_json = Cast("definition", output_field=JSONField())
-    return queryset.alias(document=as_json).filter(**{f"document__{key}": value})
-
-
-class OwnerFilter(admin.SimpleListFilter):
-    """Stored definitions, or code jobs' copies."""
-
-    title, parameter_name = "owner", "owner"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("store", "stored"), ("code", "code jobs")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() not in ("store", "code"):
-            return queryset
-        return _top_level(queryset, "owner", self.value())
-
-
-class EnabledFilter(admin.SimpleListFilter):
-    """Enabled or disabled definitions."""
-
-    title, parameter_name = "enabled", "enabled"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "enabled"), ("no", "disabled")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() not in ("yes", "no"):
-            return queryset
-        return _top_level(queryset, "enabled", self.value() == "yes")
-
-
-# -- the admin ------------------------------------------------------------------------------------
-_READ_ONLY = (
-    "job",
-    "schedule",
-    "target_shown",
-    "enabled_shown",
-    "source",
-    "arguments",
-    "options_shown",
-    "window",
-    "description_shown",
-    "version",
-)
+#: The request attribute that keeps the targets held, read once per request.
 _HELD = "_anarchon_held"
-#: The held targets of the list being rendered (its columns see only their row).
-_listed_held: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
-    "anarchon_listed_held", default=None
-)
+#: The request attribute that counts the removals the store refused in a bulk delete.
+_REFUSED = "_anarchon_refused"
 
 
-class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobAdmin(DefinitionColumns, admin.ModelAdmin):  # type: ignore[type-arg]
     """Stored definitions, edited through the store (see the module)."""
 
     form = DefinitionForm
@@ -180,7 +132,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         """The list, its page's rows each with its newest attempt (:func:`_newest_runs`)."""
         changelist = super().get_changelist_instance(request)
-        _newest_runs(list(changelist.result_list))
+        newest_runs(list(changelist.result_list))
         return changelist
 
     def is_code(self, row: Job | None) -> bool:
@@ -202,7 +154,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # -- the form: editable fields, or every value read-only ------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is not None and not self.has_change_permission(request, obj):
-            return ((None, {"fields": _READ_ONLY}),)
+            return ((None, {"fields": READ_ONLY}),)
         if obj is None:
             return self.fieldsets_editable
         first = self.fieldsets_editable[0]
@@ -211,7 +163,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is not None and not self.has_change_permission(request, obj):
-            return _READ_ONLY
+            return READ_ONLY
         return ("job",) if obj is not None else ()
 
     def get_form(
@@ -236,86 +188,9 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         found: set[str] | None = getattr(request, _HELD)
         return found
 
-    # -- columns -------------------------------------------------------------------------------
-    @admin.display(description="schedule")
-    def schedule(self, row: Job) -> str:
-        found = parsed(row)
-        return "(unreadable)" if found is None else found.effective_schedule.describe()
-
-    @admin.display(description="target")
-    def target_shown(self, row: Job) -> str:
-        found = parsed(row)
-        if found is None:
-            return ""
-        held = _listed_held.get()
-        if found.owner == "store" and held is not None and found.target not in held:
-            return f"{found.target} ({NOT_HELD})"
-        return found.target
-
-    @admin.display(description="enabled")
-    def enabled_shown(self, row: Job) -> str:
-        found = parsed(row)
-        if found is None or found.enabled:
-            return "yes"
-        return f"no: {found.reason}" if found.reason else "no"
-
-    @admin.display(description="owner")
-    def owner(self, row: Job) -> str:
-        found = parsed(row)
-        return "" if found is None else found.owner
-
-    @admin.display(description="next slot")
-    def next_run(self, row: Job) -> str:
-        found = parsed(row)
-        if found is None or not found.enabled:
-            return "–"
-        slots = zoned_slots(found.effective_schedule, wall_clock_ms(), 1)
-        return _local(slots[0].local) if slots else "none"
-
-    @admin.display(description="last run")
-    def last_run(self, row: Job) -> str:
-        status, slot = getattr(row, "last_status", None), getattr(row, "last_slot", None)
-        return "–" if status is None or slot is None else f"{status}, {_local_ms(slot)}"
-
-    @admin.display(description="source")
-    def source(self, row: Job) -> str:
-        found = parsed(row)
-        if found is None:
-            return (
-                "a definition this version cannot read (a newer anarchon's, or damaged): "
-                f"read-only, it may be deleted; its text: {row.definition}"
-            )
-        if found.owner == "code":
-            return f"{found.description} (read-only: change it in the code)"
-        return "stored (edit it here, with manage.py anarchon jobs or the JSON API)"
-
-    @admin.display(description="arguments")
-    def arguments(self, row: Job) -> str:
-        found = parsed(row)
-        if found is None:
-            return ""
-        return json.dumps({"args": list(found.args), "kwargs": dict(found.kwargs)})
-
-    @admin.display(description="options")
-    def options_shown(self, row: Job) -> str:
-        found = parsed(row)
-        return "" if found is None else json.dumps(dict(found.options))
-
-    @admin.display(description="window")
-    def window(self, row: Job) -> str:
-        found = parsed(row)
-        if found is None or (found.start_at is None and found.end_at is None):
-            return "–"
-        return f"from {instant(found.start_at) or '…'} to {instant(found.end_at) or '…'}"
-
-    @admin.display(description="description")
-    def description_shown(self, row: Job) -> str:
-        found = parsed(row)
-        return "" if found is None else found.description
-
     # -- the list --------------------------------------------------------------------------------
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        _listed_held.set(self._held(request))
+        listed_held.set(self._held(request))
         if store_alias() is None:
             messages.warning(
                 request,
@@ -333,7 +208,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> Any:
-        _listed_held.set(self._held(request))  # the read-only page shows the target's flag
+        listed_held.set(self._held(request))  # the read-only page shows the target's flag
         if object_id is not None:
             extra_context = {**(extra_context or {}), **self._about(request, object_id)}
         # Django's own view without its transaction (see the module): a private method,
@@ -372,6 +247,8 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         super().log_deletions(request, Job.objects.using(obj._state.db).filter(pk=obj.pk))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Each row through the store; the refused ones are said, and Django's count of
+        deleted rows that follows is corrected (:meth:`message_user`)."""
         refused = []
         for row in queryset:
             try:
@@ -380,6 +257,21 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 refused.append(str(exc))
         for text in refused:
             messages.error(request, text)
+        setattr(request, _REFUSED, len(refused))
+
+    def message_user(
+        self,
+        request: HttpRequest,
+        message: Any,
+        level: int | str = messages.INFO,
+        extra_tags: str = "",
+        fail_silently: bool = False,
+    ) -> None:
+        refused = getattr(request, _REFUSED, 0)
+        if refused and level == messages.SUCCESS:  # delete_selected's "Successfully deleted N"
+            level = messages.WARNING
+            message = f"{refused} of the selected definitions were not deleted (see above)."
+        super().message_user(request, message, level, extra_tags, fail_silently)
 
     def _remove(self, row: Job) -> None:
         version = row.version or 0
@@ -390,9 +282,10 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         try:
             store_call(remove)
         except ConflictError as exc:
-            raise _Refused(f"{row.job}: {stale(version, exc.current)}") from None
+            raise _Refused(f"Definition {row.job!r}: {stale(version, exc.current)}") from None
         except (AnarchonError, TimeoutError) as exc:
-            raise _Refused(f"{row.job}: the store did not take the removal: {exc}") from None
+            what = f"Definition {row.job!r}: the store did not take the removal"
+            raise _Refused(f"{what}: {exc}") from None
 
     # -- enable / disable, for the selected rows --------------------------------------------------
     @admin.action(description="Disable the selected definitions", permissions=["change"])
@@ -414,7 +307,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             found = parsed(row)
             if found is None or found.owner == "code":
                 what = "a code job's copy" if found else "a definition this version cannot read"
-                messages.warning(request, f"{row.job}: {what}, left as it is")
+                messages.warning(request, f"Definition {row.job!r}: {what}, left as it is")
                 continue
             if found.enabled == enabled:
                 continue
@@ -433,7 +326,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             try:
                 store_call(write)
             except (AnarchonError, TimeoutError) as exc:
-                messages.error(request, f"{row.job}: {exc}")
+                messages.error(request, f"Definition {row.job!r}: {exc}")
                 continue
             self.log_change(request, row, f"{'enabled' if enabled else 'disabled'} ({reason})")
             done += 1
@@ -459,7 +352,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "anarchon_next_slots": [
                 {
                     "utc": format_instant_ms(z.slot),
-                    "local": _local(z.local),
+                    "local": local(z.local),
                     "dst": z.dst,
                     "change": z.offset_changed,
                 }
@@ -469,7 +362,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "anarchon_disabled": not found.enabled,
             "anarchon_history": [
                 {
-                    "slot": _local_ms(r.slot),
+                    "slot": local_ms(r.slot),
                     "attempt": r.attempt,
                     "status": r.status,
                     "instance": r.instance_id or "",
@@ -504,43 +397,13 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         try:
             slot = store_call(trigger)
         except (AnarchonError, TimeoutError) as exc:
-            messages.error(request, f"{row.job} was not run: {exc}")
+            messages.error(request, f"Definition {row.job!r} was not run: {exc}")
         else:
-            messages.success(request, f"{row.job}: a manual run is requested ({_local_ms(slot)}).")
+            requested = f"a manual run is requested ({local_ms(slot)})"
+            messages.success(request, f"Definition {row.job!r}: {requested}.")
             self.log_change(request, row, "run now")
         return HttpResponseRedirect(reverse("admin:anarchon_django_job_change", args=[row.pk]))
 
 
-def _newest_runs(rows: list[Job]) -> None:
-    """Set each row's ``last_status`` and ``last_slot``: one query for the page, a
-    subquery per row on the history's key (an annotation of the list's query would be
-    computed for every row an offset skips, too)."""
-    if not rows:
-        return
-    newest = HistoryRecord.objects.filter(job=OuterRef("job")).order_by("-slot", "-attempt")
-    found = {
-        pk: (status, slot)
-        for pk, status, slot in Job.objects.using(rows[0]._state.db)
-        .filter(pk__in=[row.pk for row in rows])
-        .annotate(
-            last_status=Subquery(newest.values("status")[:1]),
-            last_slot=Subquery(newest.values("slot")[:1]),
-        )
-        .values_list("pk", "last_status", "last_slot")
-    }
-    for row in rows:
-        row.last_status, row.last_slot = found.get(row.pk, (None, None))  # type: ignore[attr-defined]
-
-
 class _Refused(Exception):
     """A removal the store refused (stale, or the store down): shown, nothing logged."""
-
-
-def _local(value: dt.datetime) -> str:
-    """A wall time with its zone's abbreviation and offset: ``2026-03-29 03:00:00 CEST (+0200)``."""
-    return formats.date_format(value, "Y-m-d H:i:s T (O)")
-
-
-def _local_ms(ms: int) -> str:
-    """An instant in the current time zone, to the second (as the history's pages)."""
-    return formats.date_format(timezone.localtime(ms_to_datetime(ms)), "Y-m-d H:i:s T")

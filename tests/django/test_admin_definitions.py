@@ -22,6 +22,7 @@ from test_admin import record, rows
 from anarchon_core import stored_jobs
 from anarchon_core.backend import InstanceInfo
 from anarchon_core.definitions import Definition
+from anarchon_core.errors import ConflictError
 from anarchon_core.records import Origin, Status
 from anarchon_django import _admin_dashboard, _scheduler
 from anarchon_django._scheduler import DjangoScheduler
@@ -416,3 +417,32 @@ def test_another_store_is_not_read_and_says_so(
         assert admin_client.get(reverse(ADD)).status_code == 403
     finally:
         _scheduler.reset_scheduler(old)
+
+
+def test_a_bulk_delete_says_which_removals_the_store_refused(
+    admin_client: Client,
+    runner: asyncio.Runner,
+    backend: DjangoBackend,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("a", "b"):
+        store(runner, backend, Definition.create(name, {"every": "1m"}, "reports.send"))
+    write_at = stored_jobs.write_at
+
+    async def racing(backend: Any, key: str, body: str | None, version: int) -> int:
+        if key == "b":  # someone changed b between the confirmation's read and the removal
+            raise ConflictError("changed", current=version + 1)
+        return await write_at(backend, key, body, version)
+
+    monkeypatch.setattr(stored_jobs, "write_at", racing)
+    pks = list(Job.objects.filter(job__in=["a", "b"]).values_list("pk", flat=True))
+    response = admin_client.post(
+        reverse(CHANGELIST),
+        {"action": "delete_selected", "_selected_action": pks, "post": "yes"},
+        follow=True,
+    )
+    text = response.content.decode()
+    assert "Definition &#x27;b&#x27;: Someone changed this definition since you opened it" in text
+    assert "1 of the selected definitions were not deleted" in text
+    assert "Successfully deleted" not in text
+    assert read(runner, backend, "a") is None and read(runner, backend, "b") is not None
