@@ -315,8 +315,8 @@ class DashboardAPI:
             await self.backend.close()
 
     async def store(self) -> Backend:
-        """The backend, open: for a host that calls the store beside the API's routes
-        (the Django admin's definition pages)."""
+        """The backend, open (or lent open): what every route calls, and a host that calls
+        the store beside the routes (the Django admin's definition pages)."""
         if not self._opened and not (self._lent is not None and self._lent()):
             await self._open()
         return self.backend
@@ -341,8 +341,7 @@ class DashboardAPI:
             route = self._route(method.upper(), parts)
             if isinstance(route, Reply):
                 return route
-            if not self._opened and not (self._lent is not None and self._lent()):
-                await self._open()
+            await self.store()
             handler, found = route
             return Reply(200, await handler(found, params, body))
         except CapabilityError as exc:
