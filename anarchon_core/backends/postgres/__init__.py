@@ -134,10 +134,7 @@ class PostgresBackend(PostgresContract):
         if self._pool is not None:
             return
         kwargs = connection_kwargs(self._params, self.prepare_threshold)
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
-        except psycopg.Error as exc:
-            raise self._convert(exc) from exc
+        conn = await self._direct_connection()
         try:
             await self._create_layout(conn)
         except psycopg.Error as exc:
@@ -168,11 +165,7 @@ class PostgresBackend(PostgresContract):
     async def watch_definitions(self, changed: Callable[[], None]) -> None:
         """``LISTEN`` on a connection of its own (not the pool's: a pooler in transaction
         mode would drop it) to the channel every definition write notifies at commit."""
-        kwargs = connection_kwargs(self._params, self.prepare_threshold)
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
-        except psycopg.Error as exc:
-            raise self._convert(exc) from exc
+        conn = await self._direct_connection()
         try:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.sql.channel)))
             changed()
@@ -182,6 +175,15 @@ class PostgresBackend(PostgresContract):
             raise self._convert(exc) from exc
         finally:
             await conn.close()
+
+    async def _direct_connection(self) -> Conn:
+        """A connection of its own, outside the pool, with the pool's settings (a store
+        error, converted, if it cannot be made)."""
+        kwargs = connection_kwargs(self._params, self.prepare_threshold)
+        try:
+            return await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise self._convert(exc) from exc
 
     async def _create_layout(self, conn: Conn) -> None:
         """Check the version and create what is missing, serialised across instances.
