@@ -209,8 +209,6 @@ class JobAdmin(DefinitionColumns, admin.ModelAdmin):  # type: ignore[type-arg]
         extra_context: dict[str, Any] | None = None,
     ) -> Any:
         listed_held.set(self._held(request))  # the read-only page shows the target's flag
-        if object_id is not None:
-            extra_context = {**(extra_context or {}), **self._about(request, object_id)}
         # Django's own view without its transaction (see the module): a private method,
         # public in all but name since Django 1.11.
         return self._changeform_view(  # type: ignore[attr-defined]
@@ -341,10 +339,25 @@ class JobAdmin(DefinitionColumns, admin.ModelAdmin):  # type: ignore[type-arg]
             *super().get_urls(),
         ]
 
-    def _about(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
-        row = self.get_object(request, object_id)
-        found = None if row is None else parsed(row)
-        if row is None or found is None:
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> Any:
+        """The page, with :meth:`_about` the row the view loaded (only when a page is
+        shown: a save that succeeds redirects without it)."""
+        if obj is not None:
+            context = {**context, **self._about(request, obj)}
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _about(self, request: HttpRequest, row: Job) -> dict[str, Any]:
+        """The change page's extras: next slots, newest runs, run now, the target's flag."""
+        found = parsed(row)
+        if found is None:
             return {}
         held = self._held(request)
         history = HistoryRecord.objects.using(self.get_queryset(request).db).filter(job=row.job)

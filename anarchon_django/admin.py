@@ -17,12 +17,13 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
-from django.utils import formats, timezone
+from django.utils import timezone
 
-from anarchon_core.records import error_summary, ms_to_datetime
+from anarchon_core.records import error_summary
 
 from . import _admin_dashboard as dashboard
 from ._admin_definitions import JobAdmin
+from ._definition_columns import local_ms
 from ._paging import COUNT_LIMIT, BoundedCountPaginator
 from .models import HistoryRecord, Instance, Job
 
@@ -38,11 +39,7 @@ def _ms(value: dt.datetime) -> int:
 
 
 def _shown(ms: int | None) -> str | None:
-    """A time in the current time zone to the second (``2026-12-04 15:38:12 JST``): the
-    admin's default format drops the seconds, and runs a second apart read the same."""
-    if ms is None:
-        return None
-    return formats.date_format(timezone.localtime(ms_to_datetime(ms)), "Y-m-d H:i:s T")
+    return None if ms is None else local_ms(ms)
 
 
 def _millis(ms: int | None) -> str:
